@@ -1,0 +1,79 @@
+# d2lzh-perf: run and test the chapter notebooks. `make help` lists the targets.
+# Every target that needs Python first creates or updates the project's own
+# virtual environment (.venv) from the pinned requirements.
+
+SHELL := /bin/bash
+# The interpreter that builds .venv: the first of these that is Python 3.10-3.12
+# (MXNet 1.9.1 has no numpy for 3.13). Override with `make run PYTHON=python3.11`.
+PYTHON ?= $(shell for p in python3 python3.12 python3.11 python3.10; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' 2>/dev/null \
+	&& { echo $$p; break; }; done)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+BUILD ?= build
+NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb))
+# Subset used when the tests re-run the notebooks (first N training and N test images).
+TEST_MAX_EXAMPLES ?= 600
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: help venv data run test lab html clean distclean
+
+help:
+	@echo "make run    execute every notebook on real Fashion-MNIST; results in $(BUILD)/"
+	@echo "make test   unit tests of d2lzh + nbval on every notebook"
+	@echo "make lab    JupyterLab on notebooks/ with the project's kernel"
+	@echo "make html   render the stored notebooks to $(BUILD)/html without running them"
+	@echo "make data   find, install or download Fashion-MNIST and verify it"
+	@echo "make venv   create/update .venv from requirements.txt"
+	@echo "make clean  remove $(BUILD)/;  make distclean  also remove .venv"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then \
+	  echo "error: no Python 3.10, 3.11 or 3.12 found. MXNet 1.9.1 does not support 3.13."; \
+	  echo "Install one (e.g. apt-get install python3.11 python3.11-venv) or pass PYTHON=/path/to/python3.12"; \
+	  exit 1; fi
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if (3, 10) <= v <= (3, 12) else \
+	  "error: $(PYTHON) is Python %d.%d; MXNet 1.9.1 needs 3.10, 3.11 or 3.12 (no numpy 1.x for 3.13)" % v)'
+	@if [ ! -x $(PY) ]; then \
+	  echo "creating $(VENV) with $$($(PYTHON) --version)"; \
+	  $(PYTHON) -m venv $(VENV) || { echo "error: could not create $(VENV). On Debian/Ubuntu: apt-get install python3-venv"; exit 1; }; \
+	fi
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+data: venv
+	@if $(PY) -c 'import d2lzh.data as d; d.find_fashion_mnist(download=False)' >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing Debian's package dataset-fashion-mnist"; \
+	  apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && apt-get install -y -q dataset-fashion-mnist >/dev/null; } || \
+	  echo "apt-get could not install it; the loader will download the data"; \
+	fi
+	$(PY) -m d2lzh.data
+
+run: data
+	$(PY) scripts/run_notebooks.py --build $(BUILD) $(NOTEBOOKS)
+
+test: data
+	D2LZH_MAX_EXAMPLES=$${D2LZH_MAX_EXAMPLES:-$(TEST_MAX_EXAMPLES)} $(PY) -m pytest \
+	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	  -p no:cacheprovider tests $(NOTEBOOKS)
+
+lab: venv
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-lab.txt
+	$(PY) -m ipykernel install --user --name d2lzh-perf --display-name "Python (d2lzh-perf)"
+	cd notebooks && $(abspath $(VENV))/bin/jupyter lab
+
+html: venv
+	@mkdir -p $(BUILD)/html
+	$(PY) -m jupyter nbconvert --to html --output-dir $(BUILD)/html $(NOTEBOOKS)
+
+clean:
+	rm -rf $(BUILD)
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,52 @@
+"""d2lzh: helpers for chapter 8 "计算性能" (and 4.6) of 动手学深度学习.
+
+``import d2lzh as d2l`` gives the MXNet API the book calls (``d2l.Benchmark``,
+``d2l.try_gpu``, ``d2l.resnet18``, ``d2l.load_data_fashion_mnist`` ...).
+MXNet is imported only when a name that needs it is first used, and
+:mod:`d2lzh._compat` first makes MXNet 1.9.1 importable on current numpy and
+Python 3.12; after ``import d2lzh`` a plain ``import mxnet`` works too.
+
+Modules: :mod:`d2lzh.data` (Fashion-MNIST files, numpy), :mod:`d2lzh.timing`
+(Benchmark, Timer), :mod:`d2lzh.plot`, :mod:`d2lzh.results` and
+:mod:`d2lzh.mxnet` (everything that needs MXNet).
+"""
+import importlib
+
+from ._compat import prepare_mxnet_import
+from .results import record
+from .timing import Benchmark, Timer
+
+__version__ = '1.1.0'
+
+try:
+    prepare_mxnet_import()
+except ImportError:  # reported again, with its fix, when MXNet is first needed
+    pass
+
+_LAZY = {
+    # name -> module that defines it
+    **{name: 'd2lzh.mxnet' for name in (
+        'mx', 'nd', 'gluon', 'autograd', 'nn', 'gpu_name', 'try_gpu', 'try_all_gpus',
+        'try_devices', 'Residual', 'resnet18', 'split_and_load', 'allreduce',
+        'get_params', 'sgd', 'evaluate_accuracy', 'FashionMNISTIter',
+        'load_data_fashion_mnist', 'choose_max_examples', 'setup_report')},
+    **{name: 'd2lzh.plot' for name in ('set_figsize', 'bar_chart')},
+    **{name: 'd2lzh.data' for name in (
+        'load_fashion_mnist', 'get_fashion_mnist_labels', 'FashionMNISTNotFoundError',
+        'CorruptDataError')},
+}
+
+__all__ = ['Benchmark', 'Timer', 'record', *_LAZY]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'd2lzh' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,436 @@
+"""The MXNet/Gluon helpers that the book's chapters call (d2lzh 1.0 API).
+
+Importing this module imports MXNet (after :mod:`d2lzh._compat` has made it
+importable). ``import d2lzh as d2l`` exposes every public name here lazily,
+so MXNet is loaded only when one of them is first used.
+
+Book sections: 3.5 (Fashion-MNIST), 3.6/3.11 (``evaluate_accuracy``, ``sgd``),
+4.6 (``try_gpu``), 5.11 (``Residual``), 8.4 (``split_and_load``,
+``allreduce``, ``get_params``), 8.5 (``resnet18``, ``try_all_gpus``).
+"""
+import os
+import shutil
+import subprocess
+import warnings
+
+import numpy as np
+
+from . import data as _data
+from ._compat import import_mxnet
+
+mx = import_mxnet()
+from mxnet import autograd, gluon, nd  # noqa: E402
+from mxnet.gluon import nn  # noqa: E402
+
+__all__ = ['mx', 'nd', 'gluon', 'autograd', 'nn', 'gpu_name', 'try_gpu', 'try_all_gpus',
+           'try_devices', 'Residual', 'resnet18', 'split_and_load', 'allreduce',
+           'get_params', 'sgd', 'evaluate_accuracy', 'FashionMNISTIter',
+           'load_data_fashion_mnist', 'choose_max_examples', 'setup_report']
+
+
+# ---------------------------------------------------------------- devices (4.6)
+
+def gpu_name(i):
+    """Marketing name of GPU ``i`` from ``nvidia-smi`` (e.g. 'NVIDIA H100 80GB
+    HBM3'), or ``'gpu(i)'`` when nvidia-smi is not available."""
+    smi = shutil.which('nvidia-smi')
+    if smi:
+        try:
+            out = subprocess.run([smi, '--query-gpu=name', '--format=csv,noheader', f'-i={i}'],
+                                 capture_output=True, text=True, timeout=20, check=True)
+            name = out.stdout.strip()
+            if name:
+                return name
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return f'gpu({i})'
+
+
+def _probe_gpu(i):
+    """Run a real kernel on GPU ``i``; return None if it works, else the reason."""
+    try:
+        a = nd.ones((4, 4), ctx=mx.gpu(i))
+        total = nd.dot(a, a).sum().asscalar()  # launches a kernel and waits for it
+    except mx.base.MXNetError as err:
+        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+        return lines[0] if lines else type(err).__name__
+    if total != 64.0:
+        return f'a 4x4 matrix product gave {total}, expected 64.0'
+    return None
+
+
+_gpu_cache = None
+
+
+def _working_gpus():
+    """Indices of the GPUs on which this MXNet build can run a kernel.
+
+    Probes each GPU once per process. A GPU that fails (e.g. an H100 with
+    ``mxnet-cu112``, whose kernels stop at sm_86) gives a warning naming it.
+    """
+    global _gpu_cache
+    if _gpu_cache is None:
+        _gpu_cache = []
+        for i in range(mx.context.num_gpus()):
+            reason = _probe_gpu(i)
+            if reason is None:
+                _gpu_cache.append(i)
+            else:
+                warnings.warn(
+                    f'GPU {i} ({gpu_name(i)}) is present but MXNet {mx.__version__} cannot '
+                    f'run on it: {reason}. Falling back to the CPU. The mxnet-cu112 build '
+                    'has kernels for sm_50..sm_86 (Maxwell to Ada, e.g. T4, V100, A100, '
+                    'L4) and none for Hopper (H100/H200); use the PyTorch edition there.',
+                    RuntimeWarning, stacklevel=3)
+    return list(_gpu_cache)
+
+
+def try_gpu(i=0):
+    """Return ``mx.gpu(i)`` if a kernel runs there, else ``mx.cpu()`` (book 4.6).
+
+    Args:
+        i (int): GPU index.
+
+    Returns:
+        mxnet.Context
+    """
+    return mx.gpu(i) if i in _working_gpus() else mx.cpu()
+
+
+def try_all_gpus():
+    """Return every working GPU as a list of contexts, or ``[mx.cpu()]`` (book 8.5)."""
+    gpus = [mx.gpu(i) for i in _working_gpus()]
+    return gpus or [mx.cpu()]
+
+
+def try_devices(num):
+    """Return ``num`` devices for data-parallel code (chapter 8.4/8.5).
+
+    GPUs when at least ``num`` of them work. With no working GPU, the CPU
+    contexts ``mx.cpu(0) .. mx.cpu(num-1)`` stand in: MXNet treats each as a
+    separate device (own engine queue, own memory), so the multi-device code
+    path runs unchanged, but they share the same cores and memory.
+
+    Args:
+        num (int): how many devices, >= 1.
+
+    Returns:
+        list of mxnet.Context. With some but fewer than ``num`` GPUs, only the
+        available GPUs are returned, with a warning.
+
+    Raises:
+        ValueError: ``num`` is not a positive int.
+    """
+    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
+        raise ValueError(f'num={num!r}: ask for a positive whole number of devices')
+    gpus = _working_gpus()
+    if not gpus:
+        return [mx.cpu(i) for i in range(num)]
+    if len(gpus) < num:
+        warnings.warn(f'asked for {num} GPUs but only {len(gpus)} work here; using '
+                      f'{len(gpus)}', RuntimeWarning, stacklevel=2)
+    return [mx.gpu(i) for i in gpus[:num]]
+
+
+# ----------------------------------------------------------------- models (5.11, 8.5)
+
+class Residual(nn.HybridBlock):
+    """The residual block of ResNet (book 5.11).
+
+    Two 3x3 convolutions with batch norm; the input skips around them, through
+    a 1x1 convolution when ``use_1x1conv`` (needed when the channel count or
+    the resolution changes). Input and output: float32 (batch, C, H, W).
+
+    Args:
+        num_channels (int): output channels.
+        use_1x1conv (bool): project the shortcut with a 1x1 convolution.
+        strides (int): stride of the first convolution (2 halves H and W).
+    """
+
+    def __init__(self, num_channels, use_1x1conv=False, strides=1, **kwargs):
+        super().__init__(**kwargs)
+        self.conv1 = nn.Conv2D(num_channels, kernel_size=3, padding=1, strides=strides)
+        self.conv2 = nn.Conv2D(num_channels, kernel_size=3, padding=1)
+        self.conv3 = (nn.Conv2D(num_channels, kernel_size=1, strides=strides)
+                      if use_1x1conv else None)
+        self.bn1 = nn.BatchNorm()
+        self.bn2 = nn.BatchNorm()
+
+    def hybrid_forward(self, F, X):
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        shortcut = self.conv3(X) if self.conv3 is not None else X
+        return F.relu(Y + shortcut)
+
+
+def resnet18(num_classes):  #@save
+    """ResNet-18 as used in chapter 8.5: a 3x3 stride-1 stem without max
+    pooling (suits 28x28 Fashion-MNIST), four stages of two residual blocks
+    (64, 128, 256, 512 channels), global average pooling and a dense layer.
+
+    Args:
+        num_classes (int): number of outputs.
+
+    Returns:
+        mxnet.gluon.nn.HybridSequential: input float32 (batch, C, H, W),
+        output float32 (batch, num_classes) logits.
+    """
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(64, kernel_size=3, strides=1, padding=1),
+            nn.BatchNorm(), nn.Activation('relu'))
+    for stage, channels in enumerate([64, 128, 256, 512]):
+        block = nn.HybridSequential()
+        for i in range(2):
+            downsample = stage > 0 and i == 0
+            block.add(Residual(channels, use_1x1conv=downsample,
+                               strides=2 if downsample else 1))
+        net.add(block)
+    net.add(nn.GlobalAvgPool2D(), nn.Dense(num_classes))
+    return net
+
+
+# -------------------------------------------------- data parallelism helpers (8.4)
+
+def split_and_load(data, ctx_list, batch_axis=0, even_split=True):  #@save
+    """Split a batch into ``len(ctx_list)`` slices and copy slice i to
+    ``ctx_list[i]`` (book 8.4; same behaviour as ``gluon.utils.split_and_load``).
+
+    Args:
+        data (NDArray or numpy.ndarray): the batch.
+        ctx_list (list of mxnet.Context): the devices.
+        batch_axis (int): the axis to split along.
+        even_split (bool): require equal slices. With False, slice sizes
+            differ by at most one example.
+
+    Returns:
+        list of NDArray, one per device.
+
+    Raises:
+        ValueError: ``even_split`` and the batch size is not a multiple of the
+            number of devices, or there are fewer examples than devices.
+    """
+    if not isinstance(data, nd.NDArray):
+        data = nd.array(data)
+    n, k = data.shape[batch_axis], len(ctx_list)
+    if n < k or (even_split and n % k != 0):
+        raise ValueError(
+            f'cannot split a batch of {n} examples evenly over {k} devices: use a batch '
+            f'size that is a multiple of {k}'
+            + ('' if n < k else ', or pass even_split=False to allow unequal slices'))
+    bounds = [i * n // k for i in range(k + 1)]
+    return [nd.slice_axis(data, axis=batch_axis, begin=bounds[i], end=bounds[i + 1])
+            .as_in_context(ctx) for i, ctx in enumerate(ctx_list)]
+
+
+def allreduce(data):  #@save
+    """Sum arrays held on different devices and give every device the sum,
+    in place (book 8.4).
+
+    Args:
+        data (list of NDArray): same shape, one per device. After the call
+            each element holds the element-wise sum of all of them.
+    """
+    for i in range(1, len(data)):
+        data[0][:] += data[i].copyto(data[0].context)
+    for i in range(1, len(data)):
+        data[0].copyto(data[i])
+
+
+def get_params(params, ctx):  #@save
+    """Copy a list of parameters to device ``ctx`` and allocate their
+    gradients there (book 8.4). Returns the new list of NDArrays."""
+    new_params = [p.copyto(ctx) for p in params]
+    for p in new_params:
+        p.attach_grad()
+    return new_params
+
+
+def sgd(params, lr, batch_size):
+    """Minibatch stochastic gradient descent, in place (book 3.2).
+
+    Args:
+        params (list of NDArray): parameters with ``.grad`` attached.
+        lr (float): learning rate.
+        batch_size (int): the gradients are sums over this many examples.
+    """
+    for param in params:
+        param[:] = param - lr * param.grad / batch_size
+
+
+# ------------------------------------------------------------- evaluation (3.6)
+
+def _unpack(batch):
+    if hasattr(batch, 'data') and hasattr(batch, 'label'):  # mx.io.DataBatch
+        return batch.data[0], batch.label[0]
+    return batch[0], batch[1]
+
+
+def evaluate_accuracy(data_iter, net, ctx=None):
+    """Classification accuracy of ``net`` on ``data_iter`` (book 3.6, 8.5).
+
+    Each batch is split over the devices in ``ctx`` (fewer devices are used
+    for a batch smaller than the device count, so any batch size works). The
+    counts stay on the devices until the end: one synchronisation per call.
+
+    Args:
+        data_iter: iterable of ``(X, y)`` (or ``mx.io.DataBatch``); X float32
+            (batch, ...), y integer class labels (batch,).
+        net (callable): maps X to logits (batch, num_classes).
+        ctx (Context or list of Context): devices; default ``[mx.cpu()]``.
+
+    Returns:
+        float: fraction of correctly classified examples, in [0, 1].
+
+    Raises:
+        ValueError: ``data_iter`` yields no example.
+    """
+    if ctx is None:
+        ctx = [mx.cpu()]
+    elif isinstance(ctx, mx.Context):
+        ctx = [ctx]
+    correct, n = nd.zeros((1,), ctx=mx.cpu()), 0
+    for batch in data_iter:
+        X, y = _unpack(batch)
+        devices = ctx[:min(len(ctx), X.shape[0])]
+        for Xs, ys in zip(split_and_load(X, devices, even_split=False),
+                          split_and_load(y, devices, even_split=False)):
+            hits = (net(Xs).argmax(axis=1) == ys.astype('float32')).sum()
+            correct += hits.copyto(mx.cpu())
+        n += X.shape[0]
+    if n == 0:
+        raise ValueError('evaluate_accuracy: data_iter yielded no examples')
+    return correct.asscalar() / n
+
+
+# ---------------------------------------------------------------- data (3.5)
+
+class FashionMNISTIter:
+    """Minibatches of Fashion-MNIST as NDArrays on the CPU (book 3.5).
+
+    Iterating yields ``(X, y)``: X float32 (batch, 1, H, W) scaled to [0, 1],
+    y int32 (batch,). The last batch may be smaller. ``len()`` is the number
+    of batches. Each pass over a shuffled iterator uses a new permutation from
+    numpy's global RNG.
+
+    Args:
+        images (numpy.ndarray): uint8 (N, 28, 28).
+        labels (numpy.ndarray): int (N,).
+        batch_size (int): examples per batch.
+        shuffle (bool): shuffle every epoch.
+        resize (int or None): resize images to resize x resize (bilinear),
+            batch by batch.
+    """
+
+    def __init__(self, images, labels, batch_size, shuffle, resize=None):
+        self.images = images.astype(np.float32)[:, None, :, :] / 255
+        self.labels = labels.astype(np.int32)
+        self.batch_size, self.shuffle, self.resize = batch_size, shuffle, resize
+
+    def __len__(self):
+        return (len(self.labels) + self.batch_size - 1) // self.batch_size
+
+    @property
+    def num_examples(self):
+        """Number of examples in one pass."""
+        return len(self.labels)
+
+    def __iter__(self):
+        n = len(self.labels)
+        order = np.random.permutation(n) if self.shuffle else np.arange(n)
+        for start in range(0, n, self.batch_size):
+            idx = order[start:start + self.batch_size]
+            X = nd.array(self.images[idx])
+            if self.resize is not None:
+                X = nd.contrib.BilinearResize2D(X, height=self.resize, width=self.resize)
+            yield X, nd.array(self.labels[idx], dtype='int32')
+
+
+def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=None):
+    """Fashion-MNIST as a pair of iterators (book 3.5; d2lzh 1.0 signature).
+
+    The data is found, verified or downloaded by :mod:`d2lzh.data` (see there
+    for the search order; ``root`` is searched first).
+
+    Args:
+        batch_size (int): positive.
+        resize (int or None): positive side length to resize the 28x28 images to.
+        root (str or None): folder to search first for the four ``.gz`` files.
+        max_examples (int, 'all' or None): keep the first N training and the
+            first N test examples; None reads ``$D2LZH_MAX_EXAMPLES``.
+
+    Returns:
+        (FashionMNISTIter, FashionMNISTIter): shuffled training data and
+        unshuffled test data.
+
+    Raises:
+        ValueError: invalid ``batch_size``, ``resize`` or ``max_examples``.
+        d2lzh.data.FashionMNISTNotFoundError: no data and no download.
+        d2lzh.data.CorruptDataError: a data file fails verification.
+    """
+    for name, value in (('batch_size', batch_size), ('resize', resize)):
+        if value is None and name == 'resize':
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f'{name}={value!r} is not valid: it must be a positive whole '
+                             f'number{" or None" if name == "resize" else ""}')
+    train_x, train_y, test_x, test_y = _data.load_fashion_mnist(root, max_examples)
+    return (FashionMNISTIter(train_x, train_y, batch_size, True, resize),
+            FashionMNISTIter(test_x, test_y, batch_size, False, resize))
+
+
+def choose_max_examples(cpu_default, gpu_available=None):
+    """Decide how much of Fashion-MNIST a training cell uses, and say so.
+
+    ``$D2LZH_MAX_EXAMPLES``, when set, decides. Otherwise a machine with a
+    working GPU uses the whole data set (the book's settings) and a CPU-only
+    machine uses the first ``cpu_default`` examples, so the notebook finishes
+    in minutes. Prints one line (Chinese) stating the choice.
+
+    Args:
+        cpu_default (int): subset size for CPU-only machines.
+        gpu_available (bool or None): override GPU detection (for tests).
+
+    Returns:
+        int or None: the subset size, None for the full data set.
+
+    Raises:
+        ValueError: ``$D2LZH_MAX_EXAMPLES`` is invalid.
+    """
+    env = os.environ.get('D2LZH_MAX_EXAMPLES')
+    if gpu_available is None:
+        gpu_available = bool(_working_gpus())
+    if env is not None and env.strip():
+        n = _data.max_examples_from_env()
+        why = f'环境变量 D2LZH_MAX_EXAMPLES={env.strip()}'
+    elif gpu_available:
+        n, why = None, '检测到可用的GPU，按书中设置'
+    else:
+        n = _data.parse_max_examples(cpu_default, 'cpu_default')
+        why = ('没有可用的GPU：为了在CPU上几分钟内跑完，只用数据的一个子集'
+               '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2核CPU上会慢得多）')
+    if n is None:
+        print(f'{why}：使用全部 {_data.TRAIN_SIZE} 张训练图像和 {_data.TEST_SIZE} 张测试图像。')
+    else:
+        train, test = min(n, _data.TRAIN_SIZE), min(n, _data.TEST_SIZE)
+        print(f'{why}：使用前 {train}/{_data.TRAIN_SIZE} 张训练图像和前 '
+              f'{test}/{_data.TEST_SIZE} 张测试图像。')
+    return n
+
+
+def setup_report():
+    """Print the versions and devices this notebook runs with (one line each).
+
+    Returns:
+        list of mxnet.Context: the working GPUs (empty when there is none).
+    """
+    import platform
+    print(f'Python {platform.python_version()}, MXNet {mx.__version__}, numpy {np.__version__}, '
+          f'CPU cores: {os.cpu_count()}')
+    gpus = [mx.gpu(i) for i in _working_gpus()]
+    if gpus:
+        names = ', '.join(f'{c} = {gpu_name(c.device_id)}' for c in gpus)
+        print(f'可用的GPU（{len(gpus)}块）：{names}')
+    else:
+        print('没有可用的GPU：本笔记本在CPU上运行，需要多个设备的地方用 CPU 上下文 '
+              'mx.cpu(0)、mx.cpu(1)… 代替。')
+    return gpus
