@@ -9,8 +9,11 @@ PYTHON ?= $(shell for p in python3 python3.12 python3.11 python3.10; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 VENV ?= .venv
+# The MXNet wheel: `mxnet` (CPU, the default) or `mxnet-cu112` (NVIDIA GPUs from
+# Maxwell to Ada, CUDA 11.2 and the NVIDIA driver needed; no Hopper support).
+MXNET_PACKAGE ?= mxnet
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+STAMP := $(VENV)/.installed-$(MXNET_PACKAGE)
 BUILD ?= build
 NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb))
 # Subset used when the tests re-run the notebooks (first N training and N test images).
@@ -41,7 +44,18 @@ $(STAMP): requirements.txt pyproject.toml
 	  echo "creating $(VENV) with $$($(PYTHON) --version)"; \
 	  $(PYTHON) -m venv $(VENV) || { echo "error: could not create $(VENV). On Debian/Ubuntu: apt-get install python3-venv"; exit 1; }; \
 	fi
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@rm -f $(VENV)/.installed-*
+	@if [ "$(MXNET_PACKAGE)" = mxnet ]; then \
+	  $(PY) -m pip uninstall --quiet --yes mxnet-cu112 2>/dev/null || true; \
+	  echo "$(PY) -m pip install -r requirements.txt"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt; \
+	else \
+	  grep -v '^mxnet==' requirements.txt > $(VENV)/requirements-no-mxnet.txt; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements-no-mxnet.txt; \
+	  $(PY) -m pip uninstall --quiet --yes mxnet 2>/dev/null || true; \
+	  echo "$(PY) -m pip install $(MXNET_PACKAGE)==1.9.1"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$(MXNET_PACKAGE)==1.9.1"; \
+	fi
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 

@@ -35,7 +35,7 @@ import numpy as np
 __all__ = ['FashionMNISTNotFoundError', 'CorruptDataError', 'FILES', 'TRAIN_SIZE',
            'TEST_SIZE', 'TEXT_LABELS', 'SYSTEM_DIR', 'DEFAULT_URL', 'candidate_dirs',
            'find_fashion_mnist', 'download_fashion_mnist', 'read_idx',
-           'load_fashion_mnist', 'parse_max_examples', 'max_examples_from_env',
+           'load_fashion_mnist', 'parse_max_examples', 'max_examples_from_env', 'choose_max_examples',
            'get_fashion_mnist_labels']
 
 FileSpec = namedtuple('FileSpec', ['name', 'sha256', 'gz_sha1'])
@@ -366,6 +366,43 @@ def load_fashion_mnist(root=None, max_examples=None, download=True, progress=Tru
             images, labels = images[:limit], labels[:limit]
         out += [images, labels.astype(np.int32)]
     return tuple(out)
+
+
+def choose_max_examples(cpu_default, gpu_available):
+    """Decide how much of Fashion-MNIST a training cell uses, and say so.
+
+    ``$D2LZH_MAX_EXAMPLES``, when set, decides. Otherwise a machine with a
+    working GPU uses the whole data set (the book's settings) and a CPU-only
+    machine uses the first ``cpu_default`` training and test examples, so the
+    notebook finishes in minutes. Prints one line (Chinese) with the choice
+    and the reason.
+
+    Args:
+        cpu_default (int): subset size for CPU-only machines.
+        gpu_available (bool): whether the framework found a working GPU.
+
+    Returns:
+        int or None: the subset size, None for the full data set.
+
+    Raises:
+        ValueError: ``$D2LZH_MAX_EXAMPLES`` or ``cpu_default`` is invalid.
+    """
+    env = os.environ.get('D2LZH_MAX_EXAMPLES')
+    if env is not None and env.strip():
+        n = max_examples_from_env()
+        why = f'环境变量 D2LZH_MAX_EXAMPLES={env.strip()}'
+    elif gpu_available:
+        n, why = None, '检测到可用的GPU，按书中设置'
+    else:
+        n = parse_max_examples(cpu_default, 'cpu_default')
+        why = ('没有可用的GPU：为了在CPU上几分钟内跑完，只用数据的一个子集'
+               '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2核CPU上会慢得多）')
+    if n is None:
+        print(f'{why}：使用全部 {TRAIN_SIZE} 张训练图像和 {TEST_SIZE} 张测试图像。')
+    else:
+        print(f'{why}：使用前 {min(n, TRAIN_SIZE)}/{TRAIN_SIZE} 张训练图像和前 '
+              f'{min(n, TEST_SIZE)}/{TEST_SIZE} 张测试图像。')
+    return n
 
 
 def get_fashion_mnist_labels(labels):

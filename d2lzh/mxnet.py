@@ -381,47 +381,26 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
 def choose_max_examples(cpu_default, gpu_available=None):
     """Decide how much of Fashion-MNIST a training cell uses, and say so.
 
-    ``$D2LZH_MAX_EXAMPLES``, when set, decides. Otherwise a machine with a
-    working GPU uses the whole data set (the book's settings) and a CPU-only
-    machine uses the first ``cpu_default`` examples, so the notebook finishes
-    in minutes. Prints one line (Chinese) stating the choice.
-
-    Args:
-        cpu_default (int): subset size for CPU-only machines.
-        gpu_available (bool or None): override GPU detection (for tests).
+    See :func:`d2lzh.data.choose_max_examples`; here ``gpu_available``
+    defaults to whether MXNet can run a kernel on a GPU.
 
     Returns:
         int or None: the subset size, None for the full data set.
 
     Raises:
-        ValueError: ``$D2LZH_MAX_EXAMPLES`` is invalid.
+        ValueError: ``$D2LZH_MAX_EXAMPLES`` or ``cpu_default`` is invalid.
     """
-    env = os.environ.get('D2LZH_MAX_EXAMPLES')
     if gpu_available is None:
         gpu_available = bool(_working_gpus())
-    if env is not None and env.strip():
-        n = _data.max_examples_from_env()
-        why = f'环境变量 D2LZH_MAX_EXAMPLES={env.strip()}'
-    elif gpu_available:
-        n, why = None, '检测到可用的GPU，按书中设置'
-    else:
-        n = _data.parse_max_examples(cpu_default, 'cpu_default')
-        why = ('没有可用的GPU：为了在CPU上几分钟内跑完，只用数据的一个子集'
-               '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2核CPU上会慢得多）')
-    if n is None:
-        print(f'{why}：使用全部 {_data.TRAIN_SIZE} 张训练图像和 {_data.TEST_SIZE} 张测试图像。')
-    else:
-        train, test = min(n, _data.TRAIN_SIZE), min(n, _data.TEST_SIZE)
-        print(f'{why}：使用前 {train}/{_data.TRAIN_SIZE} 张训练图像和前 '
-              f'{test}/{_data.TEST_SIZE} 张测试图像。')
-    return n
+    return _data.choose_max_examples(cpu_default, gpu_available)
 
 
 def setup_report():
-    """Print the versions and devices this notebook runs with (one line each).
+    """Print the versions and the devices this notebook runs with.
 
-    Returns:
-        list of mxnet.Context: the working GPUs (empty when there is none).
+    Says plainly when there is no working GPU. Returns None (so that a setup
+    cell ending with this call displays nothing more); use
+    :func:`try_all_gpus` for the devices themselves.
     """
     import platform
     print(f'Python {platform.python_version()}, MXNet {mx.__version__}, numpy {np.__version__}, '
@@ -433,4 +412,3 @@ def setup_report():
     else:
         print('没有可用的GPU：本笔记本在CPU上运行，需要多个设备的地方用 CPU 上下文 '
               'mx.cpu(0)、mx.cpu(1)… 代替。')
-    return gpus
