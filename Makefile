@@ -15,7 +15,20 @@ MXNET_PACKAGE ?= mxnet
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(MXNET_PACKAGE)
 BUILD ?= build
-NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb))
+# Which notebooks: mxnet (notebooks/*.ipynb, the default), pytorch
+# (notebooks/pytorch/*.ipynb; installs PyTorch into .venv) or all.
+EDITION ?= mxnet
+MXNET_NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+PYTORCH_NOTEBOOKS := $(sort $(wildcard notebooks/pytorch/*.ipynb))
+ifeq ($(EDITION),mxnet)
+NOTEBOOKS ?= $(MXNET_NOTEBOOKS)
+else ifeq ($(EDITION),pytorch)
+NOTEBOOKS ?= $(PYTORCH_NOTEBOOKS)
+else ifeq ($(EDITION),all)
+NOTEBOOKS ?= $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS)
+else
+$(error EDITION=$(EDITION) is not valid: use mxnet, pytorch or all)
+endif
 # Subset used when the tests re-run the notebooks (first N training and N test images).
 TEST_MAX_EXAMPLES ?= 600
 export PATH := $(abspath $(VENV))/bin:$(PATH)
@@ -23,6 +36,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 .PHONY: help venv data run test lab html clean distclean
 
 help:
+	@echo "EDITION=mxnet (default) | pytorch | all  selects the notebooks of run, test, html"
 	@echo "make run    execute every notebook on real Fashion-MNIST; results in $(BUILD)/"
 	@echo "make test   unit tests of d2lzh + nbval on every notebook"
 	@echo "make lab    JupyterLab on notebooks/ with the project's kernel"
@@ -31,7 +45,16 @@ help:
 	@echo "make venv   create/update .venv from requirements.txt"
 	@echo "make clean  remove $(BUILD)/;  make distclean  also remove .venv"
 
+ifeq ($(EDITION),mxnet)
 venv: $(STAMP)
+else
+venv: $(VENV)/.installed-torch
+endif
+
+# PyTorch (optional extra): CPU build on machines without CUDA, see README.
+$(VENV)/.installed-torch: $(STAMP) requirements-torch.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-torch.txt
+	@touch $@
 
 $(STAMP): requirements.txt pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then \
@@ -44,7 +67,7 @@ $(STAMP): requirements.txt pyproject.toml
 	  echo "creating $(VENV) with $$($(PYTHON) --version)"; \
 	  $(PYTHON) -m venv $(VENV) || { echo "error: could not create $(VENV). On Debian/Ubuntu: apt-get install python3-venv"; exit 1; }; \
 	fi
-	@rm -f $(VENV)/.installed-*
+	@rm -f $(VENV)/.installed-mxnet*
 	@if [ "$(MXNET_PACKAGE)" = mxnet ]; then \
 	  $(PY) -m pip uninstall --quiet --yes mxnet-cu112 2>/dev/null || true; \
 	  echo "$(PY) -m pip install -r requirements.txt"; \

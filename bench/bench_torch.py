@@ -100,6 +100,8 @@ def main():
     parser.add_argument('--lr', type=float, default=0.1)
     parser.add_argument('--max-examples', default=None, help="N or 'all' (default: all)")
     parser.add_argument('--copy-gib', type=float, default=2.0)
+    parser.add_argument('--skip', default='', help='comma-separated step names to leave out, '
+                        "e.g. 'compile' (its first epoch compiles for about a minute)")
     args = parser.parse_args()
     device = d2l.try_gpu()
     n_gpu = d2l.num_gpus()
@@ -115,8 +117,10 @@ def main():
     }
     print(f"{result['device']} x{n_gpu}, torch {result['torch']}, CUDA {result['cuda']}",
           flush=True)
+    skip = set(filter(None, args.skip.split(',')))
+    result['skipped_steps'] = sorted(skip)
     for name, label, options in STEPS:
-        if options and device.type != 'cuda':
+        if (options and device.type != 'cuda') or name in skip:
             continue
         h = run_step(options, args.epochs, args.batch_size, args.lr, max_examples, device)
         step = {'name': name, 'label': label, 'images_per_s': h['images_per_s'],
@@ -150,6 +154,7 @@ def main():
             result['ddp_scaling_2_vs_1'] = ddp['2']['images_per_s'] / ddp['1']['images_per_s']
             devices = d2l.try_devices(2)
             torch.manual_seed(0)
+            torch.backends.cudnn.benchmark = False  # as in notebook 06
             for bs, key in ((args.batch_size, 'dp_1gpu'), (2 * args.batch_size, 'dp_2gpu')):
                 train_iter, test_iter = d2l.load_data_fashion_mnist(
                     bs, max_examples=DP_EXAMPLES, device=devices[0])

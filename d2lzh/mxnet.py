@@ -193,7 +193,9 @@ def resnet18(num_classes):  #@save
 
 def split_and_load(data, ctx_list, batch_axis=0, even_split=True):  #@save
     """Split a batch into ``len(ctx_list)`` slices and copy slice i to
-    ``ctx_list[i]`` (book 8.4; same behaviour as ``gluon.utils.split_and_load``).
+    ``ctx_list[i]`` (book 8.4). Even splits are the same as
+    ``gluon.utils.split_and_load``; for uneven ones the larger slices come last
+    (Gluon puts them first).
 
     Args:
         data (NDArray or numpy.ndarray): the batch.

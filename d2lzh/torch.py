@@ -16,6 +16,7 @@ import json
 import math
 import os
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -308,10 +309,10 @@ class FashionMNISTIter:
         self.device = torch.device(device) if device is not None else torch.device('cpu')
         X = torch.tensor(images, dtype=torch.uint8).unsqueeze(1)
         self.labels = torch.from_numpy(labels.astype(np.int64))
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available() and \
+            self.device.type == 'cpu'
         if self.device.type == 'cpu':
             X = X.float().div_(255)  # convert once; batches are views
-            if pin_memory and torch.cuda.is_available():
-                X, self.labels = X.pin_memory(), self.labels.pin_memory()
         else:
             X, self.labels = X.to(self.device), self.labels.to(self.device)
         self.images = X
@@ -334,6 +335,8 @@ class FashionMNISTIter:
             else:
                 idx = order[start:start + self.batch_size]
                 X, y = self.images[idx], self.labels[idx]
+            if self.pin_memory:  # a gathered batch is new memory: pin it (cached allocator)
+                X, y = X.pin_memory(), y.pin_memory()
             if X.dtype == torch.uint8:
                 X = X.float().div_(255)
             if self.resize is not None:
@@ -592,6 +595,8 @@ def ddp_worker(rank, world_size, port, config, out_dir):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
+    warnings.filterwarnings('ignore', message=r'barrier\(\): using the device')
+    warnings.filterwarnings('ignore', message='Grad strides do not match bucket view')
     try:
         use_cuda = config['backend'] == 'nccl'
         device = torch.device(f'cuda:{rank}') if use_cuda else torch.device('cpu')
@@ -612,7 +617,6 @@ def ddp_worker(rank, world_size, port, config, out_dir):
         fmt = torch.channels_last if config['channels_last'] else torch.contiguous_format
         net = resnet18(10).to(device, memory_format=fmt)
         model = DistributedDataParallel(net, device_ids=[rank] if use_cuda else None)
-        warnings.filterwarnings('ignore', message='Grad strides do not match bucket view')
         optimizer = torch.optim.SGD(model.parameters(), lr=config['lr'],
                                     momentum=config['momentum'],
                                     weight_decay=config['weight_decay'])
@@ -657,7 +661,7 @@ def ddp_worker(rank, world_size, port, config, out_dir):
     except BaseException:
         with open(os.path.join(out_dir, f'error-{rank}.txt'), 'w') as f:
             f.write(traceback.format_exc())
-        raise
+        sys.exit(1)  # run_ddp reports the error; no traceback spilled on stderr
 
 
 def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,

@@ -19,7 +19,11 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
-from nbconvert import HTMLExporter
+
+try:
+    from nbconvert import HTMLExporter
+except ImportError:  # the HTML rendering is optional
+    HTMLExporter = None
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -70,9 +74,10 @@ def run_one(path, build, timeout):
     seconds = time.perf_counter() - start
     (build / 'notebooks').mkdir(parents=True, exist_ok=True)
     nbformat.write(work, build / 'notebooks' / path.name)
-    (build / 'html').mkdir(parents=True, exist_ok=True)
-    body, _ = HTMLExporter().from_notebook_node(work)
-    (build / 'html' / f'{name}.html').write_text(body, encoding='utf-8')
+    if HTMLExporter is not None:
+        (build / 'html').mkdir(parents=True, exist_ok=True)
+        body, _ = HTMLExporter().from_notebook_node(work)
+        (build / 'html' / f'{name}.html').write_text(body, encoding='utf-8')
     del os.environ['D2LZH_RESULTS']
     return {'name': name, 'status': status, 'seconds': seconds,
             'figures': read_results(results_file), 'error': error}

@@ -18,9 +18,15 @@ import pytest
 import d2lzh
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / 'notebooks').glob('*.ipynb'))
+MXNET_NOTEBOOKS = sorted((ROOT / 'notebooks').glob('*.ipynb'))
+TORCH_NOTEBOOKS = sorted((ROOT / 'notebooks' / 'pytorch').glob('*.ipynb'))
+NOTEBOOKS = MXNET_NOTEBOOKS + TORCH_NOTEBOOKS
+IDS = [f'{p.parent.name}/{p.stem}' for p in NOTEBOOKS]
 EXPECTED = ['01_use-gpu', '02_hybridize', '03_async-computation', '04_auto-parallelism',
             '05_multiple-gpus', '06_multiple-gpus-gluon']
+EXPECTED_TORCH = ['01_use-gpu', '02_hybridize', '03_async-computation',
+                  '04_auto-parallelism', '05_multiple-gpus', '06_multiple-gpus-concise',
+                  '07_modern-gpu-training']
 MACHINE_PATH = re.compile(r'(/work/|/root/|/home/[a-z]|/tmp/[A-Za-z0-9_.-]+/|/Users/)')
 
 
@@ -45,24 +51,39 @@ def _load(path):
     return nbformat.read(path, as_version=4)
 
 
-def test_all_six_notebooks_exist():
-    assert [p.stem for p in NOTEBOOKS] == EXPECTED
+def test_all_notebooks_exist():
+    assert [p.stem for p in MXNET_NOTEBOOKS] == EXPECTED
+    assert [p.stem for p in TORCH_NOTEBOOKS] == EXPECTED_TORCH
 
 
-def test_saved_functions_are_the_package_code():
+def _package_for(path):
+    """The module whose code a notebook's #@save definitions must equal."""
+    if path.parent.name == 'pytorch':
+        pytest.importorskip('torch')
+        from d2lzh import torch as d2l_torch
+        return d2l_torch
+    return d2lzh
+
+
+@pytest.mark.parametrize('edition', ['mxnet', 'pytorch'])
+def test_saved_functions_are_the_package_code(edition):
     """A function a notebook defines with #@save must be the package's own code."""
     found = set()
-    for path in NOTEBOOKS:
+    for path in MXNET_NOTEBOOKS if edition == 'mxnet' else TORCH_NOTEBOOKS:
+        package = _package_for(path)
         for name, node in _saved_definitions(_load(path)):
-            obj = getattr(d2lzh, name)
+            obj = getattr(package, name)
             package_node = ast.parse(textwrap.dedent(inspect.getsource(obj))).body[0]
             assert ast.dump(node) == ast.dump(package_node), \
                 f'{path.name}: {name} differs from {inspect.getsourcefile(obj)}'
             found.add(name)
-    assert {'Benchmark', 'split_and_load', 'allreduce', 'get_params', 'resnet18'} <= found
+    expected = {'split_and_load', 'allreduce', 'get_params'}
+    if edition == 'mxnet':
+        expected |= {'Benchmark', 'resnet18'}
+    assert expected <= found
 
 
-@pytest.mark.parametrize('path', NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize('path', NOTEBOOKS, ids=IDS)
 def test_notebook_structure(path):
     nb = _load(path)
     first = nb.cells[0]
@@ -71,16 +92,18 @@ def test_notebook_structure(path):
     assert any(c.cell_type == 'markdown' and '## 练习' in c.source for c in nb.cells), \
         'every notebook ends with the exercises (## 练习)'
     sources = [c.source for c in _code_cells(nb)]
-    d2l_at = next(i for i, s in enumerate(sources) if 'import d2lzh' in s)
+    d2l_at = next(i for i, s in enumerate(sources)
+                  if 'import d2lzh' in s or 'from d2lzh import' in s)
     mx_at = [i for i, s in enumerate(sources) if re.search(r'^\s*(import|from) mxnet', s, re.M)]
     assert not mx_at or d2l_at <= min(mx_at), 'import d2lzh must come before import mxnet'
     cell = sources[d2l_at]
     if mx_at and d2l_at == min(mx_at):
-        assert cell.index('import d2lzh') < re.search(r'(import|from) mxnet', cell).start()
+        assert re.search(r'import d2lzh|from d2lzh import', cell).start() < \
+            re.search(r'(import|from) mxnet', cell).start()
     assert 'setup_report()' in cell, 'the setup cell reports versions and devices'
 
 
-@pytest.mark.parametrize('path', NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize('path', NOTEBOOKS, ids=IDS)
 def test_stored_outputs_are_complete_and_clean(path):
     nb = _load(path)
     cells = _code_cells(nb)
