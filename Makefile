@@ -30,7 +30,7 @@ else
 $(error EDITION=$(EDITION) is not valid: use mxnet, pytorch or all)
 endif
 # Subset used when the tests re-run the notebooks (first N training and N test images).
-TEST_MAX_EXAMPLES ?= 600
+TEST_MAX_EXAMPLES ?= 256
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help venv data run test lab html clean distclean
