@@ -103,7 +103,7 @@ test: data
 lab: venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-lab.txt
 	$(PY) -m ipykernel install --user --name d2lzh-perf --display-name "Python (d2lzh-perf)"
-	cd notebooks && $(abspath $(VENV))/bin/jupyter lab
+	cd notebooks && $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
 html: venv
 	@mkdir -p $(BUILD)/html

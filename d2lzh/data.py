@@ -405,6 +405,33 @@ def choose_max_examples(cpu_default, gpu_available):
     return n
 
 
+def check_positive_int(name, value, allow_none=False):
+    """Raise ValueError unless ``value`` is a positive int (or None if allowed).
+
+    Used for ``batch_size``, ``resize`` and device counts by both editions.
+    """
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f'{name}={value!r} is not valid: it must be a positive whole '
+                         f'number{" or None" if allow_none else ""}')
+
+
+class MinibatchIter:
+    """What the two editions' Fashion-MNIST iterators share: ``len()`` is the
+    number of minibatches of ``batch_size`` (the last may be smaller) and
+    ``num_examples`` the number of examples in one pass. Subclasses set
+    ``self.labels`` and ``self.batch_size`` and define ``__iter__``."""
+
+    def __len__(self):
+        return (len(self.labels) + self.batch_size - 1) // self.batch_size
+
+    @property
+    def num_examples(self):
+        """Number of examples in one pass."""
+        return len(self.labels)
+
+
 def get_fashion_mnist_labels(labels):
     """Map numeric labels (ints or an array) to their text names (book 3.5)."""
     return [TEXT_LABELS[int(i)] for i in labels]

@@ -306,7 +306,7 @@ def evaluate_accuracy(data_iter, net, ctx=None):
 
 # ---------------------------------------------------------------- data (3.5)
 
-class FashionMNISTIter:
+class FashionMNISTIter(_data.MinibatchIter):
     """Minibatches of Fashion-MNIST as NDArrays on the CPU (book 3.5).
 
     Iterating yields ``(X, y)``: X float32 (batch, 1, H, W) scaled to [0, 1],
@@ -327,14 +327,6 @@ class FashionMNISTIter:
         self.images = images.astype(np.float32)[:, None, :, :] / 255
         self.labels = labels.astype(np.int32)
         self.batch_size, self.shuffle, self.resize = batch_size, shuffle, resize
-
-    def __len__(self):
-        return (len(self.labels) + self.batch_size - 1) // self.batch_size
-
-    @property
-    def num_examples(self):
-        """Number of examples in one pass."""
-        return len(self.labels)
 
     def __iter__(self):
         n = len(self.labels)
@@ -369,12 +361,8 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
         d2lzh.data.FashionMNISTNotFoundError: no data and no download.
         d2lzh.data.CorruptDataError: a data file fails verification.
     """
-    for name, value in (('batch_size', batch_size), ('resize', resize)):
-        if value is None and name == 'resize':
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f'{name}={value!r} is not valid: it must be a positive whole '
-                             f'number{" or None" if name == "resize" else ""}')
+    _data.check_positive_int('batch_size', batch_size)
+    _data.check_positive_int('resize', resize, allow_none=True)
     train_x, train_y, test_x, test_y = _data.load_fashion_mnist(root, max_examples)
     return (FashionMNISTIter(train_x, train_y, batch_size, True, resize),
             FashionMNISTIter(test_x, test_y, batch_size, False, resize))

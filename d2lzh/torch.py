@@ -275,7 +275,7 @@ def evaluate_accuracy(data_iter, net, device=None):
 
 # ---------------------------------------------------------------- data (3.5)
 
-class FashionMNISTIter:
+class FashionMNISTIter(_data.MinibatchIter):
     """Minibatches of Fashion-MNIST as torch tensors (book 3.5).
 
     Yields ``(X, y)``: X float32 (batch, 1, H, W) in [0, 1], y int64 (batch,).
@@ -317,14 +317,6 @@ class FashionMNISTIter:
             X, self.labels = X.to(self.device), self.labels.to(self.device)
         self.images = X
 
-    def __len__(self):
-        return (len(self.labels) + self.batch_size - 1) // self.batch_size
-
-    @property
-    def num_examples(self):
-        """Number of examples in one pass."""
-        return len(self.labels)
-
     def __iter__(self):
         n = len(self.labels)
         order = (torch.randperm(n, device=self.device) if self.shuffle else None)
@@ -343,14 +335,6 @@ class FashionMNISTIter:
                 X = F.interpolate(X, size=(self.resize, self.resize), mode='bilinear',
                                   align_corners=False)
             yield X, y
-
-
-def _check_positive(name, value, allow_none=False):
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f'{name}={value!r} is not valid: it must be a positive whole '
-                         f'number{" or None" if allow_none else ""}')
 
 
 def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=None,
@@ -375,8 +359,8 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
         d2lzh.data.FashionMNISTNotFoundError, d2lzh.data.CorruptDataError:
             see :func:`d2lzh.data.load_fashion_mnist`.
     """
-    _check_positive('batch_size', batch_size)
-    _check_positive('resize', resize, allow_none=True)
+    _data.check_positive_int('batch_size', batch_size)
+    _data.check_positive_int('resize', resize, allow_none=True)
     train_x, train_y, test_x, test_y = _data.load_fashion_mnist(root, max_examples)
     return (FashionMNISTIter(train_x, train_y, batch_size, True, resize, device, pin_memory),
             FashionMNISTIter(test_x, test_y, batch_size, False, resize, device, pin_memory))
@@ -703,8 +687,8 @@ def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
     """
     import torch.multiprocessing as mp
 
-    _check_positive('world_size', world_size)
-    _check_positive('batch_size', batch_size)
+    _data.check_positive_int('world_size', world_size)
+    _data.check_positive_int('batch_size', batch_size)
     _lr_factor(lr_schedule, 0, 1)
     if backend is None:
         backend = 'nccl' if num_gpus() > 0 else 'gloo'
