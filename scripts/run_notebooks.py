@@ -107,6 +107,8 @@ def main(argv=None):
     parser.add_argument('--build', type=Path, default=ROOT / 'build')
     parser.add_argument('--timeout', type=int, default=1800, help='seconds per cell')
     args = parser.parse_args(argv)
+    # The kernels run in the notebooks' folder: give them absolute paths.
+    args.build = args.build.resolve()
     notebooks = args.notebooks or sorted((ROOT / 'notebooks').glob('*.ipynb'))
     if not notebooks:
         parser.error('no notebooks found')

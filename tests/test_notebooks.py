@@ -137,10 +137,12 @@ def test_runner_reports_figures_and_names_the_failing_cell(tmp_path):
     _write_nb(good, ['import d2lzh as d2l', "d2l.record('speedup', 2.5, 'x')"])
     _write_nb(bad, ['x = 1', "raise ValueError('boom')", 'print("never")'])
     before = bad.read_bytes()
-    out = subprocess.run(
-        [sys.executable, str(ROOT / 'scripts' / 'run_notebooks.py'), '--build',
-         str(tmp_path / 'build'), str(good), str(bad)],
-        capture_output=True, text=True, timeout=300)
+    (tmp_path / 'nbs').mkdir()
+    good, bad = good.rename(tmp_path / 'nbs' / good.name), bad.rename(tmp_path / 'nbs' / bad.name)
+    out = subprocess.run(  # relative paths, as `make run` passes them
+        [sys.executable, str(ROOT / 'scripts' / 'run_notebooks.py'), '--build', 'build',
+         'nbs/good.ipynb', 'nbs/bad.ipynb'],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert re.search(r'\| good \| ok \| \d+ s \| speedup = 2\.5x \|', out.stdout), out.stdout
     assert re.search(r'\| bad \| FAILED \|', out.stdout)
