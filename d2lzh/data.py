@@ -25,7 +25,6 @@ import http.client
 import os
 import struct
 import tempfile
-import urllib.error
 import urllib.request
 from collections import namedtuple
 from pathlib import Path
