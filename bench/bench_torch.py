@@ -6,10 +6,12 @@ one run, on ResNet-18 (the d2lzh variant) / Fashion-MNIST, batch 256 per GPU:
 
 1. images/s of the training loop as each technique is added to the book-style
    loop (host batches, fp32): pinned memory, GPU-resident data,
-   cudnn.benchmark, bf16 autocast, channels_last, torch.compile;
+   cudnn.benchmark, bf16 autocast, channels_last, torch.compile, a CUDA graph
+   of the whole step, and torch.compile inside that graph;
 2. the test accuracy of the fastest single-GPU configuration after 4 epochs;
-3. DistributedDataParallel on 1 and 2 GPUs (one process per GPU, NCCL), and
-   nn.DataParallel on 2 GPUs beside it;
+3. DistributedDataParallel on 1 and 2 GPUs (one process per GPU, NCCL), each
+   with eager steps and with the whole step (all-reduce included) recorded as
+   a CUDA graph, and nn.DataParallel on 2 GPUs beside it;
 4. a GPU->CPU copy into pinned memory and into pageable memory.
 
     python bench/bench_torch.py [--out bench/results] [--epochs 2] [--max-examples N]
@@ -47,6 +49,9 @@ STEPS = [  # name, what is added, options for d2l.train / the loader
     ('cuda_graph', '+ whole step as a CUDA graph (instead of torch.compile)',
      {'gpu_data': True, 'cudnn_benchmark': True, 'amp': True, 'channels_last': True,
       'cuda_graph': True}),
+    ('graph_compile', '+ torch.compile inside the CUDA graph',
+     {'gpu_data': True, 'cudnn_benchmark': True, 'amp': True, 'channels_last': True,
+      'cuda_graph': True, 'compile_model': True}),
 ]
 # SGD settings of the accuracy run and the DDP runs (speed does not depend on them).
 RECIPE = {'momentum': 0.9, 'weight_decay': 5e-4, 'lr_schedule': 'cosine'}
@@ -100,6 +105,8 @@ def main():
     parser.add_argument('--lr', type=float, default=0.1)
     parser.add_argument('--max-examples', default=None, help="N or 'all' (default: all)")
     parser.add_argument('--copy-gib', type=float, default=2.0)
+    parser.add_argument('--ddp-timeout', type=float, default=300,
+                        help='seconds before a DDP run is abandoned')
     parser.add_argument('--skip', default='', help='comma-separated step names to leave out, '
                         "e.g. 'compile' (its first epoch compiles for about a minute)")
     args = parser.parse_args()
@@ -142,16 +149,31 @@ def main():
           f"{h['test_acc'][-1]:.4f}", flush=True)
     if n_gpu >= 1:
         ddp = {}
-        for world in sorted({1, min(2, n_gpu)}):
-            r = d2l.run_ddp(world, num_epochs=args.epochs + 1, batch_size=args.batch_size,
-                            lr=args.lr, max_examples=max_examples, timeout=900, **RECIPE)
-            ddp[str(world)] = {'images_per_s': r['images_per_s'],
-                               'epoch_times_s': r['epoch_times'], 'test_acc': r['test_acc']}
-            print(f'DDP x{world}: {r["images_per_s"]:.0f} images/s {r["epoch_times"]}',
-                  flush=True)
+        for graph in (False, True):
+            for world in sorted({1, min(2, n_gpu)}):
+                key = f"{world}{'_graph' if graph else ''}"
+                try:
+                    r = d2l.run_ddp(world, num_epochs=args.epochs + 1,
+                                    batch_size=args.batch_size, lr=args.lr,
+                                    max_examples=max_examples, cuda_graph=graph,
+                                    timeout=args.ddp_timeout, **RECIPE)
+                except (RuntimeError, TimeoutError) as err:
+                    ddp[key] = {'error': str(err)}
+                    print(f'DDP x{world} cuda_graph={graph} failed: {err}', flush=True)
+                    continue
+                ddp[key] = {'images_per_s': r['images_per_s'], 'cuda_graph': graph,
+                            'epoch_times_s': r['epoch_times'], 'test_acc': r['test_acc']}
+                print(f'DDP x{world} cuda_graph={graph}: {r["images_per_s"]:.0f} images/s '
+                      f'{r["epoch_times"]}', flush=True)
         result['ddp'] = ddp
-        if '2' in ddp:
-            result['ddp_scaling_2_vs_1'] = ddp['2']['images_per_s'] / ddp['1']['images_per_s']
+        for suffix in ('', '_graph'):
+            one, two = ddp.get('1' + suffix, {}), ddp.get('2' + suffix, {})
+            if 'images_per_s' in one and 'images_per_s' in two:
+                result['ddp_scaling_2_vs_1' + suffix] = two['images_per_s'] / one['images_per_s']
+        if 'images_per_s' in ddp.get('2_graph', {}):
+            result['ddp2_graph_vs_best_single'] = (ddp['2_graph']['images_per_s']
+                                                   / best['images_per_s'])
+        if n_gpu >= 2:
             devices = d2l.try_devices(2)
             torch.manual_seed(0)
             torch.backends.cudnn.benchmark = False  # as in notebook 06

@@ -112,6 +112,45 @@ def test_load_data_fashion_mnist(isolated, tiny_dataset):
     assert X.shape == (4, 1, 32, 32)
 
 
+def test_shuffled_pass_through_reused_buffer(isolated, tiny_dataset, monkeypatch):
+    """The pinned path's logic (the CPU build cannot pin): each shuffled pass is
+    gathered into one reused buffer, images stay with their labels, and the
+    buffer is refilled only after waiting for the event of the previous pass."""
+    events = []
+
+    class FakeEvent:
+        def __init__(self):
+            self.waited = False
+            events.append(self)
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            self.waited = True
+
+    monkeypatch.setattr(torch.cuda, 'Event', FakeEvent)
+    folder, arrays = tiny_dataset
+    train_iter, _ = d2l.load_data_fashion_mnist(5, root=folder)
+    train_iter._epoch_buffers = (torch.empty_like(train_iter.images),
+                                 torch.empty_like(train_iter.labels))
+    images = torch.tensor(arrays['train_images'] / 255, dtype=torch.float32)
+    orders = []
+    for epoch in range(2):
+        batches = list(train_iter)
+        assert [len(y) for _, y in batches] == [5, 5, 2]
+        for X, y in batches:
+            assert X.data_ptr() >= train_iter._epoch_buffers[0].data_ptr()  # views of it
+        X = torch.cat([b[0] for b in batches])[:, 0]
+        y = torch.cat([b[1] for b in batches])
+        order = [int(torch.nonzero((images == x).all(dim=2).all(dim=1))[0]) for x in X]
+        assert sorted(order) == list(range(12))
+        assert y.tolist() == [int(arrays['train_labels'][i]) for i in order]
+        orders.append(order)
+    assert len(events) == 2 and events[0].waited and not events[1].waited
+    assert orders[0] != orders[1]
+
+
 @pytest.mark.parametrize('kwargs', [{'batch_size': 0}, {'batch_size': 2.0},
                                     {'batch_size': 8, 'resize': -1}])
 def test_load_data_rejects(kwargs):
