@@ -742,10 +742,12 @@ def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
         max_examples (int or None): first N training/test examples (None: all).
         amp (bool): bf16 autocast on GPUs.
         channels_last (bool): NHWC memory format.
-        cuda_graph (bool): record each process's whole step, gradient
+        cuda_graph (bool): record the process's whole step, gradient
             all-reduce included, as a CUDA graph (NCCL only; ignored with
             gloo). The first 11 steps run eagerly, as DDP requires before a
             capture; a short last batch is skipped, as in :func:`train`.
+            One process only: with two processes the captured step hung on
+            2x H200 (PyTorch 2.11), so ``world_size > 1`` is refused.
         momentum, weight_decay, lr_schedule: SGD settings, as in :func:`train`.
         backend (str or None): 'nccl' or 'gloo'; default nccl with GPUs.
         timeout (float): seconds before the run is abandoned.
@@ -758,8 +760,8 @@ def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
         ``device``.
 
     Raises:
-        ValueError: bad ``world_size`` or ``batch_size``, or more GPUs asked
-            for than exist.
+        ValueError: bad ``world_size`` or ``batch_size``, more GPUs asked
+            for than exist, or ``cuda_graph`` with more than one process.
         RuntimeError: a worker failed.
         TimeoutError: the run took longer than ``timeout`` seconds.
     """
@@ -772,6 +774,12 @@ def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
         backend = 'nccl' if num_gpus() > 0 else 'gloo'
     if backend == 'nccl':
         try_devices(world_size)  # raises a clear error when GPUs are missing
+    if cuda_graph and backend == 'nccl' and world_size > 1:
+        raise ValueError(
+            f'cuda_graph=True with world_size={world_size}: capturing the DDP step in more '
+            'than one process never finished on 2x H200 with PyTorch 2.11 (it hung until '
+            'the timeout; see bench/results), so it is refused rather than left to hang. '
+            'Use cuda_graph=False with several processes, or world_size=1.')
     config = {'num_epochs': num_epochs, 'batch_size': batch_size, 'lr': lr,
               'max_examples': _data.parse_max_examples(max_examples)
               if max_examples is not None else _data.max_examples_from_env(),

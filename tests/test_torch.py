@@ -204,3 +204,13 @@ def test_ddp_rejects_missing_gpus(monkeypatch):
     monkeypatch.setattr(d2l, 'gpu_name', lambda i: 'NVIDIA H200')
     with pytest.raises(ValueError, match='asked for 2 GPUs but this machine has 1'):
         d2l.run_ddp(2, backend='nccl')
+
+
+def test_ddp_refuses_cuda_graph_with_several_processes(monkeypatch):
+    """Capturing the DDP step hung with two processes on 2x H200: refused at once."""
+    monkeypatch.setattr(d2l, 'num_gpus', lambda: 2)
+    monkeypatch.setattr(d2l, 'gpu_name', lambda i: 'NVIDIA H200')
+    before = _children()
+    with pytest.raises(ValueError, match='cuda_graph=True with world_size=2'):
+        d2l.run_ddp(2, backend='nccl', cuda_graph=True)
+    assert _children() == before
