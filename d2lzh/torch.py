@@ -488,6 +488,12 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
         cuda_graph (bool): record the whole training step as a CUDA graph and
             replay it for every full batch (CUDA only). A last batch smaller
             than the first one is skipped (and not counted) in this mode.
+            With ``compile_model`` as well, the graph records the compiled
+            model (compilation happens in the eager warm-up steps before the
+            first capture): the fastest path of the notebooks. A learning
+            rate that changes between epochs means one new capture per epoch.
+            If a capture fails, a RuntimeWarning names the cause and
+            training goes on with eager steps.
         momentum (float): SGD momentum.
         weight_decay (float): SGD weight decay.
         lr_schedule (None or 'cosine'): constant, or cosine decay with one
@@ -649,12 +655,14 @@ def ddp_worker(rank, world_size, port, config, out_dir):
                 _CAPTURE_STREAMS[device] = torch.cuda.Stream(device=device)
             _CAPTURE_STREAMS[device].wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(_CAPTURE_STREAMS[device]):
-                model = DistributedDataParallel(net, device_ids=[rank],
-                                                gradient_as_bucket_view=True)
+                model = DistributedDataParallel(
+                    net, device_ids=[rank],
+                    gradient_as_bucket_view=config.get('gradient_as_bucket_view', True))
             torch.cuda.current_stream(device).wait_stream(_CAPTURE_STREAMS[device])
         else:
-            model = DistributedDataParallel(net, device_ids=[rank] if use_cuda else None,
-                                            gradient_as_bucket_view=True)
+            model = DistributedDataParallel(
+                net, device_ids=[rank] if use_cuda else None,
+                gradient_as_bucket_view=config.get('gradient_as_bucket_view', True))
         optimizer = torch.optim.SGD(model.parameters(), lr=config['lr'],
                                     momentum=config['momentum'],
                                     weight_decay=config['weight_decay'])
@@ -723,8 +731,9 @@ def ddp_worker(rank, world_size, port, config, out_dir):
 
 
 def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
-            amp=True, channels_last=True, cuda_graph=False, momentum=0.0, weight_decay=0.0,
-            lr_schedule=None, backend=None, timeout=900, seed=0, fail_rank=None):
+            amp=True, channels_last=True, cuda_graph=False, gradient_as_bucket_view=True,
+            momentum=0.0, weight_decay=0.0, lr_schedule=None, backend=None, timeout=900, seed=0,
+            fail_rank=None):
     """Train ResNet-18 on Fashion-MNIST with DistributedDataParallel.
 
     Starts ``world_size`` fresh processes (``spawn``) running
@@ -748,6 +757,12 @@ def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
             capture; a short last batch is skipped, as in :func:`train`.
             One process only: with two processes the captured step hung on
             2x H200 (PyTorch 2.11), so ``world_size > 1`` is refused.
+        gradient_as_bucket_view (bool): DDP's option of that name: the
+            gradients live directly in DDP's all-reduce buckets instead of
+            being copied into them. With channels_last the gradients' strides
+            do not match the buckets' (DDP warns), so the copy comes back.
+            On 2x H200 it made 2 processes faster and 1 process slower
+            (bench/results/*-ddp-options.json); runs vary a lot.
         momentum, weight_decay, lr_schedule: SGD settings, as in :func:`train`.
         backend (str or None): 'nccl' or 'gloo'; default nccl with GPUs.
         timeout (float): seconds before the run is abandoned.
@@ -785,6 +800,7 @@ def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
               if max_examples is not None else _data.max_examples_from_env(),
               'amp': amp, 'channels_last': channels_last, 'backend': backend,
               'cuda_graph': bool(cuda_graph) and backend == 'nccl',
+              'gradient_as_bucket_view': bool(gradient_as_bucket_view),
               'momentum': momentum, 'weight_decay': weight_decay, 'lr_schedule': lr_schedule,
               'timeout': timeout, 'seed': seed, 'fail_rank': fail_rank}
     ctx = mp.get_context('spawn')
