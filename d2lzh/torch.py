@@ -429,6 +429,17 @@ def _lr_factor(schedule, epoch, num_epochs):
 _CAPTURE_STREAMS = {}  # one side stream per device for warm-up and every capture
 
 
+def _capture_stream(device):
+    """The side stream of ``device`` on which eager warm-up steps run and
+    CUDA graphs are recorded, made on first use; it first waits for the
+    work already queued on the device's current stream."""
+    if device not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[device] = torch.cuda.Stream(device=device)
+    stream = _CAPTURE_STREAMS[device]
+    stream.wait_stream(torch.cuda.current_stream(device))
+    return stream
+
+
 def _capture_step(model, loss_fn, optimizer, X, y, amp, warmup, warmup_steps=3):
     """Record one whole training step (forward, backward, SGD update) as a
     CUDA graph on the static inputs ``X``, ``y``; return (graph, loss tensor).
@@ -439,10 +450,7 @@ def _capture_step(model, loss_fn, optimizer, X, y, amp, warmup, warmup_steps=3):
     algorithms, the optimizer creates its state, DDP builds its buckets), as
     the CUDA-graph documentation asks; they are real updates on this batch.
     """
-    if X.device not in _CAPTURE_STREAMS:
-        _CAPTURE_STREAMS[X.device] = torch.cuda.Stream(device=X.device)
-    stream = _CAPTURE_STREAMS[X.device]
-    stream.wait_stream(torch.cuda.current_stream(X.device))
+    stream = _capture_stream(X.device)
     if warmup:
         with torch.cuda.stream(stream):
             for _ in range(warmup_steps):
@@ -650,19 +658,15 @@ def ddp_worker(rank, world_size, port, config, out_dir):
         fmt = torch.channels_last if config['channels_last'] else torch.contiguous_format
         net = resnet18(10).to(device, memory_format=fmt)
         use_graph = bool(config.get('cuda_graph')) and use_cuda
-        if use_graph:  # DDP must be built on the stream that later records the graph
-            if device not in _CAPTURE_STREAMS:
-                _CAPTURE_STREAMS[device] = torch.cuda.Stream(device=device)
-            _CAPTURE_STREAMS[device].wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(_CAPTURE_STREAMS[device]):
-                model = DistributedDataParallel(
-                    net, device_ids=[rank],
-                    gradient_as_bucket_view=config.get('gradient_as_bucket_view', True))
-            torch.cuda.current_stream(device).wait_stream(_CAPTURE_STREAMS[device])
-        else:
+        # With a graph, DDP must be built on the stream that later records it
+        # (torch.cuda.stream(None) changes nothing).
+        stream = _capture_stream(device) if use_graph else None
+        with torch.cuda.stream(stream):
             model = DistributedDataParallel(
                 net, device_ids=[rank] if use_cuda else None,
                 gradient_as_bucket_view=config.get('gradient_as_bucket_view', True))
+        if stream is not None:
+            torch.cuda.current_stream(device).wait_stream(stream)
         optimizer = torch.optim.SGD(model.parameters(), lr=config['lr'],
                                     momentum=config['momentum'],
                                     weight_decay=config['weight_decay'])
