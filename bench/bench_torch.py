@@ -18,6 +18,13 @@ one run, on ResNet-18 (the d2lzh variant) / Fashion-MNIST, batch 256 per GPU:
 
 Writes ``<out>/<device>-<date>.json`` with the device name, torch and CUDA
 versions, the date and every figure, and prints a summary table.
+
+    python bench/bench_torch.py time_to_accuracy [--configs a,b] [--repeats 3]
+
+measures time to accuracy instead: for each configuration (``TTA_CONFIGS``), a
+fresh process (``bench/tta_child.py``) per repeat, wall time from its start to
+the first test accuracy >= 0.92 on the full 10,000-image test set, itemized,
+and writes ``<out>/<device>-x1-<date>-time-to-accuracy.json``.
 """
 import argparse
 import datetime
@@ -25,7 +32,10 @@ import json
 import os
 import platform
 import re
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -94,6 +104,167 @@ def copy_times(nbytes, repeats=3):
         assert torch.equal(dst[:1000], src[:1000].cpu())
         out[name] = best
     return out
+
+
+# ------------------------------------------------------------ time to accuracy
+# Each configuration: batch size, epochs, peak lr, cudnn.benchmark, whether the
+# data lives on the GPU, and the options of d2l.train. 'before' rows are the
+# paths of notebook 07 as issue 11 measured them (the book's loop: cosine lr per
+# epoch, evaluation after every epoch); 'recipe' is d2l.FAST_RECIPE; each
+# 'recipe_*' row changes exactly one thing of the recipe.
+_OLD = {'momentum': 0.9, 'weight_decay': 5e-4, 'lr_schedule': 'cosine'}
+_BEFORE = {'batch_size': 256, 'epochs': 4, 'lr': 0.1, 'cudnn_benchmark': True}
+TTA_CONFIGS = {
+    'book_fp32': {**_BEFORE, 'cudnn_benchmark': False, 'gpu_data': False, 'options': _OLD},
+    'bf16_cl_eager': {**_BEFORE, 'options': {**_OLD, 'amp': True, 'channels_last': True}},
+    'cuda_graph': {**_BEFORE, 'options': {**_OLD, 'amp': True, 'channels_last': True,
+                                          'cuda_graph': True}},
+    'graph_compile': {**_BEFORE, 'options': {**_OLD, 'amp': True, 'channels_last': True,
+                                             'cuda_graph': True, 'compile_model': True}},
+    'recipe': {'batch_size': d2l.FAST_BATCH_SIZE, 'epochs': d2l.FAST_EPOCHS, 'lr': d2l.FAST_LR,
+               'cudnn_benchmark': False,
+               'options': {**d2l.FAST_RECIPE, 'eval_from': d2l.FAST_EPOCHS}},
+}
+
+
+def _variant(name, change=None, options=None, drop=()):
+    cfg = json.loads(json.dumps(TTA_CONFIGS['recipe']))
+    cfg.update(change or {})
+    cfg['options'].update(options or {})
+    for key in drop:
+        cfg['options'].pop(key, None)
+    TTA_CONFIGS['recipe_' + name] = cfg
+
+
+_E = d2l.FAST_EPOCHS
+_variant('cudnn_benchmark', {'cudnn_benchmark': True})
+_variant('eval_every_epoch', options={'eval_from': 1})
+_variant('no_label_smoothing', options={'label_smoothing': 0.0})
+_variant('no_nesterov', options={'nesterov': False})
+_variant('cosine_per_epoch', options={'lr_schedule': 'cosine', 'warmup': 0.0})
+_variant('eager', options={'cuda_graph': False})
+_variant('fp32', options={'amp': False})
+_variant('overlap_init', {'overlap_init': True})
+_variant('eval_batch_2000', {'eval_batch_size': 2000})
+_variant('bs256', {'batch_size': 256, 'lr': d2l.FAST_LR / 2})
+_variant('bs1024', {'batch_size': 1024, 'lr': d2l.FAST_LR * 2})
+_variant('lr_half', {'lr': d2l.FAST_LR / 2})
+_variant('lr_double', {'lr': d2l.FAST_LR * 2})
+_variant('epochs_minus_1', {'epochs': _E - 1}, {'eval_from': _E - 1})
+_variant('epochs_plus_1', {'epochs': _E + 1}, {'eval_from': _E + 1})
+# Steady throughput (no target): the recipe's CUDA graph with torch.compile inside.
+for _bs in (256, 512, 1024):
+    _variant(f'steady_compile_bs{_bs}', {'batch_size': _bs, 'lr': d2l.FAST_LR * _bs / 512},
+             {'compile_model': True, 'target_accuracy': None})
+    _variant(f'steady_graph_bs{_bs}', {'batch_size': _bs, 'lr': d2l.FAST_LR * _bs / 512},
+             {'target_accuracy': None})
+
+
+def _config(name):
+    """A config of TTA_CONFIGS, or an ad-hoc one: ``base+key=value+...`` changes
+    ``base`` (values are JSON; batch_size, epochs, lr, cudnn_benchmark,
+    gpu_data, overlap_init and eval_batch_size are settings, other keys are
+    options of d2l.train; changing epochs moves eval_from to the last epoch)."""
+    base, *changes = name.split('+')
+    cfg = json.loads(json.dumps(TTA_CONFIGS[base]))
+    for change in changes:
+        key, value = change.split('=', 1)
+        value = json.loads(value)
+        if key in ('batch_size', 'epochs', 'lr', 'cudnn_benchmark', 'gpu_data',
+                   'overlap_init', 'eval_batch_size'):
+            cfg[key] = value
+            if key == 'epochs' and 'eval_from' in cfg['options']:
+                cfg['options']['eval_from'] = value
+        else:
+            cfg['options'][key] = value
+    return cfg
+
+
+def _spread(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {'mean': statistics.fmean(values), 'min': min(values), 'max': max(values),
+            'stdev': statistics.stdev(values) if len(values) > 1 else 0.0, 'n': len(values)}
+
+
+def run_tta_process(cfg, timeout):
+    """Run one fresh process of bench/tta_child.py; return its result dict."""
+    with tempfile.TemporaryDirectory(prefix='tta-') as tmp:
+        env = dict(os.environ, PYTHONUNBUFFERED='1',
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, 'inductor'),  # a cold compile
+                   TRITON_CACHE_DIR=os.path.join(tmp, 'triton'))
+        env['TTA_T0'] = repr(time.time())
+        proc = subprocess.run([sys.executable, str(ROOT / 'bench' / 'tta_child.py'),
+                               json.dumps(cfg)], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith('TTA_RESULT '):
+            return json.loads(line[len('TTA_RESULT '):])
+    return {'error': f'exit code {proc.returncode}: {proc.stderr.strip()[-2000:]}'}
+
+
+def time_to_accuracy(argv):
+    """The ``time_to_accuracy`` entry: see the module docstring."""
+    parser = argparse.ArgumentParser(prog='bench_torch.py time_to_accuracy')
+    parser.add_argument('--configs', default='book_fp32,bf16_cl_eager,cuda_graph,'
+                        'graph_compile,recipe', help='comma-separated names of TTA_CONFIGS, '
+                        "or 'all'")
+    parser.add_argument('--repeats', type=int, default=3, help='fresh processes per config')
+    parser.add_argument('--seed', type=int, default=0, help='seed of the first repeat')
+    parser.add_argument('--timeout', type=float, default=240, help='seconds per process')
+    parser.add_argument('--out', type=Path, default=ROOT / 'bench' / 'results')
+    parser.add_argument('--max-examples', default='all')
+    args = parser.parse_args(argv)
+    names = list(TTA_CONFIGS) if args.configs == 'all' else args.configs.split(',')
+    unknown = [n for n in names if n.split('+')[0] not in TTA_CONFIGS]
+    if unknown:
+        parser.error(f'unknown configs {unknown}; known: {", ".join(TTA_CONFIGS)}')
+    n_gpu = d2l.num_gpus()
+    result = {
+        'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+        'device': d2l.gpu_name(0) if n_gpu else platform.processor() or 'cpu',
+        'torch': torch.__version__, 'cuda': torch.version.cuda, 'python':
+        platform.python_version(), 'target_accuracy': 0.92, 'repeats': args.repeats,
+        'max_examples': args.max_examples, 'configs': {},
+    }
+    print(f"{result['device']}, torch {result['torch']}, CUDA {result['cuda']}", flush=True)
+    print(f"{'config':28s} {'to 0.92 (s)':>18s} {'final acc':>9s} {'images/s':>9s}  items (mean s)",
+          flush=True)
+    for name in names:
+        runs = []
+        for r in range(args.repeats):
+            cfg = dict(_config(name), seed=args.seed + r, max_examples=args.max_examples)
+            try:
+                runs.append(run_tta_process(cfg, args.timeout))
+            except subprocess.TimeoutExpired:
+                runs.append({'error': f'no result within {args.timeout} s'})
+        ok = [r for r in runs if 'error' not in r]
+        entry = {'config': _config(name), 'runs': runs,
+                 'reached_s': _spread([r['reached_s'] for r in ok]),
+                 'reached_in': sum(r['reached_s'] is not None for r in ok),
+                 'final_acc': _spread([r['test_acc'][-1] for r in ok]),
+                 'images_per_s': _spread([r['images_per_s'] for r in ok]),
+                 'total_s': _spread([r['total_s'] for r in ok]),
+                 'items': {k: _spread([r['items'][k] for r in ok])
+                           for k in (ok[0]['items'] if ok else [])}}
+        result['configs'][name] = entry
+        if not ok:
+            print(f'{name:28s} failed: {runs[0]["error"][-300:]}', flush=True)
+            continue
+        rs = entry['reached_s']
+        reach = (f"{rs['mean']:6.2f} [{rs['min']:.2f},{rs['max']:.2f}] {entry['reached_in']}/"
+                 f"{len(ok)}" if rs else f'never ({len(ok)} runs)')
+        items = ' '.join(f"{k}={v['mean']:.2f}" for k, v in entry['items'].items())
+        print(f"{name:28s} {reach:>18s} {entry['final_acc']['mean']:9.4f} "
+              f"{entry['images_per_s']['mean']:9.0f}  {items}", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r'[^A-Za-z0-9]+', '-', result['device']).strip('-')
+    path = args.out / f"{slug}-x1-{result['date'][:10]}-time-to-accuracy.json"
+    path.write_text(json.dumps(result, indent=2) + '\n')
+    if os.environ.get('OUT'):
+        Path(os.environ['OUT'], path.name).write_text(path.read_text())
+    print(f'written to {path.name}', flush=True)
 
 
 def main():
@@ -205,4 +376,7 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    if sys.argv[1:2] == ['time_to_accuracy']:
+        time_to_accuracy(sys.argv[2:])
+    else:
+        main()
