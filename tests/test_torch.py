@@ -9,23 +9,25 @@ import pytest
 
 torch = pytest.importorskip('torch')
 from d2lzh import torch as d2l  # noqa: E402
+from d2lzh.torch import book  # noqa: E402  (where the device functions live: patch there)
 
 CPU = torch.device('cpu')
 
 
 def test_no_gpu_gives_cpu(monkeypatch):
-    monkeypatch.setattr(d2l, 'num_gpus', lambda: 0)
+    monkeypatch.setattr(book, 'num_gpus', lambda: 0)
     assert d2l.try_gpu() == CPU
     assert d2l.try_all_gpus() == [CPU]
     assert d2l.try_devices(2) == [CPU, CPU]
 
 
-def test_too_few_gpus_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(d2l, 'num_gpus', lambda: 1)
-    monkeypatch.setattr(d2l, 'gpu_name', lambda i: 'NVIDIA H100 80GB HBM3')
-    with pytest.raises(ValueError, match=r'asked for 2 GPUs but this machine has 1: '
-                                         r'cuda:0 \(NVIDIA H100 80GB HBM3\)'):
-        d2l.try_devices(2)
+def test_too_few_gpus_warns_and_gives_those_there_are(monkeypatch):
+    """As in the MXNet edition: a RuntimeWarning naming the GPUs, not an error."""
+    monkeypatch.setattr(book, 'num_gpus', lambda: 1)
+    monkeypatch.setattr(book, 'gpu_name', lambda i: 'NVIDIA H100 80GB HBM3')
+    with pytest.warns(RuntimeWarning, match=r'asked for 2 GPUs but only 1 work here '
+                                            r'\(cuda:0 \(NVIDIA H100 80GB HBM3\)\)'):
+        assert d2l.try_devices(2) == [torch.device('cuda:0')]
     assert d2l.try_devices(1) == [torch.device('cuda:0')]
 
 
@@ -200,16 +202,16 @@ def test_ddp_timeout_cleans_up(debian_dir):
 
 
 def test_ddp_rejects_missing_gpus(monkeypatch):
-    monkeypatch.setattr(d2l, 'num_gpus', lambda: 1)
-    monkeypatch.setattr(d2l, 'gpu_name', lambda i: 'NVIDIA H200')
+    monkeypatch.setattr(book, 'num_gpus', lambda: 1)
+    monkeypatch.setattr(book, 'gpu_name', lambda i: 'NVIDIA H200')
     with pytest.raises(ValueError, match='asked for 2 GPUs but this machine has 1'):
         d2l.run_ddp(2, backend='nccl')
 
 
 def test_ddp_refuses_cuda_graph_with_several_processes(monkeypatch):
     """Capturing the DDP step hung with two processes on 2x H200: refused at once."""
-    monkeypatch.setattr(d2l, 'num_gpus', lambda: 2)
-    monkeypatch.setattr(d2l, 'gpu_name', lambda i: 'NVIDIA H200')
+    monkeypatch.setattr(book, 'num_gpus', lambda: 2)
+    monkeypatch.setattr(book, 'gpu_name', lambda i: 'NVIDIA H200')
     before = _children()
     with pytest.raises(ValueError, match='cuda_graph=True with world_size=2'):
         d2l.run_ddp(2, backend='nccl', cuda_graph=True)
