@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import check_positive_int  # noqa: F401  (re-exported)
+
 __all__ = ['FashionMNISTNotFoundError', 'CorruptDataError', 'FILES', 'TRAIN_SIZE',
            'TEST_SIZE', 'TEXT_LABELS', 'SYSTEM_DIR', 'DEFAULT_URL', 'candidate_dirs',
            'find_fashion_mnist', 'download_fashion_mnist', 'read_idx',
@@ -402,18 +404,6 @@ def choose_max_examples(cpu_default, gpu_available):
         print(f'{why}：使用前 {min(n, TRAIN_SIZE)}/{TRAIN_SIZE} 张训练图像和前 '
               f'{min(n, TEST_SIZE)}/{TEST_SIZE} 张测试图像。')
     return n
-
-
-def check_positive_int(name, value, allow_none=False):
-    """Raise ValueError unless ``value`` is a positive int (or None if allowed).
-
-    Used for ``batch_size``, ``resize`` and device counts by both editions.
-    """
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f'{name}={value!r} is not valid: it must be a positive whole '
-                         f'number{" or None" if allow_none else ""}')
 
 
 class MinibatchIter:

@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 
+from . import checks as _checks
 from . import data as _data
 from ._compat import import_mxnet
 
@@ -116,20 +117,15 @@ def try_devices(num):
 
     Returns:
         list of mxnet.Context. With some but fewer than ``num`` GPUs, only the
-        available GPUs are returned, with a warning.
+        available GPUs are returned, with a RuntimeWarning naming them
+        (the same rule as the PyTorch edition: :func:`d2lzh.checks.choose_gpus`).
 
     Raises:
         ValueError: ``num`` is not a positive int.
     """
-    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
-        raise ValueError(f'num={num!r}: ask for a positive whole number of devices')
-    gpus = _working_gpus()
-    if not gpus:
-        return [mx.cpu(i) for i in range(num)]
-    if len(gpus) < num:
-        warnings.warn(f'asked for {num} GPUs but only {len(gpus)} work here; using '
-                      f'{len(gpus)}', RuntimeWarning, stacklevel=2)
-    return [mx.gpu(i) for i in gpus[:num]]
+    _checks.check_num_devices(num)
+    gpus = _checks.choose_gpus(num, _working_gpus(), lambda i: f'gpu({i}) {gpu_name(i)}')
+    return [mx.gpu(i) for i in gpus] if gpus else [mx.cpu(i) for i in range(num)]
 
 
 # ----------------------------------------------------------------- models (5.11, 8.5)
@@ -213,13 +209,7 @@ def split_and_load(data, ctx_list, batch_axis=0, even_split=True):  #@save
     """
     if not isinstance(data, nd.NDArray):
         data = nd.array(data)
-    n, k = data.shape[batch_axis], len(ctx_list)
-    if n < k or (even_split and n % k != 0):
-        raise ValueError(
-            f'cannot split a batch of {n} examples evenly over {k} devices: use a batch '
-            f'size that is a multiple of {k}'
-            + ('' if n < k else ', or pass even_split=False to allow unequal slices'))
-    bounds = [i * n // k for i in range(k + 1)]
+    bounds = _checks.split_bounds(data.shape[batch_axis], len(ctx_list), even_split)
     return [nd.slice_axis(data, axis=batch_axis, begin=bounds[i], end=bounds[i + 1])
             .as_in_context(ctx) for i, ctx in enumerate(ctx_list)]
 
@@ -299,8 +289,7 @@ def evaluate_accuracy(data_iter, net, ctx=None):
             hits = (net(Xs).argmax(axis=1) == ys.astype('float32')).sum()
             correct += hits.copyto(mx.cpu())
         n += X.shape[0]
-    if n == 0:
-        raise ValueError('evaluate_accuracy: data_iter yielded no examples')
+    _checks.check_examples_seen(n)
     return correct.asscalar() / n
 
 

@@ -1,0 +1,255 @@
+"""The book's API in PyTorch: devices (4.6), models (5.11, 8.5), the
+data-parallel helpers of 8.4 (``split_and_load``, ``allreduce``,
+``get_params``, ``sgd``) and ``evaluate_accuracy`` (3.6).
+
+The argument checks and their messages are shared with :mod:`d2lzh.mxnet`
+through :mod:`d2lzh.checks`.
+"""
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import checks as _checks
+
+__all__ = ['num_gpus', 'gpu_name', 'try_gpu', 'try_all_gpus', 'try_devices', 'synchronize',
+           'Residual', 'resnet18', 'split_and_load', 'allreduce', 'get_params', 'sgd',
+           'evaluate_accuracy', 'setup_report']
+
+
+# ---------------------------------------------------------------- devices (4.6)
+
+def num_gpus():
+    """Number of CUDA GPUs PyTorch can use (0 with a CPU build or no driver)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpu_name(i):
+    """Name of GPU ``i``, e.g. 'NVIDIA H100 80GB HBM3'."""
+    return torch.cuda.get_device_name(i)
+
+
+def try_gpu(i=0):
+    """Return ``torch.device('cuda:i')`` if that GPU exists, else the CPU (book 4.6)."""
+    return torch.device(f'cuda:{i}') if num_gpus() > i else torch.device('cpu')
+
+
+def try_all_gpus():
+    """Every GPU as a list of devices, or ``[torch.device('cpu')]`` (book 8.5)."""
+    return [torch.device(f'cuda:{i}') for i in range(num_gpus())] or [torch.device('cpu')]
+
+
+def try_devices(num):
+    """Return ``num`` devices for data-parallel code (chapter 8.4/8.5).
+
+    The same rule as the MXNet edition (:func:`d2lzh.checks.choose_gpus`):
+    the first ``num`` GPUs when the machine has that many; with no GPU at
+    all, the CPU stands in for each device (``[cpu, cpu, ...]``), so the
+    multi-device code path runs unchanged, on the same cores; with some GPUs
+    but fewer than ``num``, a RuntimeWarning names the GPUs found and the
+    ones there are are returned.
+
+    Args:
+        num (int): how many devices, >= 1.
+
+    Returns:
+        list of torch.device: ``num`` devices, or fewer GPUs (see above).
+
+    Raises:
+        ValueError: ``num`` is not a positive whole number.
+    """
+    _checks.check_num_devices(num)
+    gpus = _checks.choose_gpus(num, range(num_gpus()), lambda i: f'cuda:{i} ({gpu_name(i)})')
+    return [torch.device(f'cuda:{i}') for i in gpus] if gpus else [torch.device('cpu')] * num
+
+
+def synchronize(device=None):
+    """Wait until all queued work on ``device`` (a CUDA device) has finished.
+
+    A no-op for the CPU, whose operators PyTorch runs synchronously.
+    """
+    device = torch.device(device) if device is not None else None
+    if device is None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    elif device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+# ----------------------------------------------------------------- models (5.11, 8.5)
+
+class Residual(nn.Module):
+    """The residual block of ResNet (book 5.11), PyTorch version.
+
+    Two 3x3 convolutions with batch norm; the input skips around them, through
+    a 1x1 convolution when ``use_1x1conv``. Input/output float (batch, C, H, W).
+
+    Args:
+        in_channels (int): input channels.
+        num_channels (int): output channels.
+        use_1x1conv (bool): project the shortcut with a 1x1 convolution.
+        strides (int): stride of the first convolution.
+    """
+
+    def __init__(self, in_channels, num_channels, use_1x1conv=False, strides=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, num_channels, 3, padding=1, stride=strides)
+        self.conv2 = nn.Conv2d(num_channels, num_channels, 3, padding=1)
+        self.conv3 = (nn.Conv2d(in_channels, num_channels, 1, stride=strides)
+                      if use_1x1conv else None)
+        self.bn1 = nn.BatchNorm2d(num_channels)
+        self.bn2 = nn.BatchNorm2d(num_channels)
+
+    def forward(self, X):
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        shortcut = self.conv3(X) if self.conv3 is not None else X
+        return F.relu(Y + shortcut)
+
+
+def resnet18(num_classes, in_channels=1):
+    """ResNet-18 as in chapter 8.5 (3x3 stride-1 stem, no max pooling, four
+    stages of two residual blocks, global average pooling, linear layer).
+
+    Args:
+        num_classes (int): outputs.
+        in_channels (int): input channels (1 for Fashion-MNIST).
+
+    Returns:
+        torch.nn.Sequential: float (batch, in_channels, H, W) -> logits
+        (batch, num_classes).
+    """
+    layers = [nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
+              nn.BatchNorm2d(64), nn.ReLU()]
+    channels_in = 64
+    for stage, channels in enumerate([64, 128, 256, 512]):
+        for i in range(2):
+            downsample = stage > 0 and i == 0
+            layers.append(Residual(channels_in, channels, use_1x1conv=downsample,
+                                   strides=2 if downsample else 1))
+            channels_in = channels
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes)]
+    return nn.Sequential(*layers)
+
+
+# -------------------------------------------------- data parallelism helpers (8.4)
+
+def split_and_load(data, devices, even_split=True):
+    """Split a batch along its first axis into ``len(devices)`` slices and
+    copy slice i to ``devices[i]`` (book 8.4).
+
+    Args:
+        data (torch.Tensor or numpy.ndarray): the batch, (n, ...).
+        devices (list of torch.device): one per slice.
+        even_split (bool): require equal slices; with False, slice sizes
+            differ by at most one.
+
+    Returns:
+        list of torch.Tensor
+
+    Raises:
+        ValueError: ``even_split`` and n is not a multiple of the device
+            count, or n is smaller than the device count
+            (:func:`d2lzh.checks.split_bounds`, shared with the MXNet edition).
+    """
+    if not isinstance(data, torch.Tensor):
+        data = torch.as_tensor(data)
+    bounds = _checks.split_bounds(data.shape[0], len(devices), even_split)
+    return [data[bounds[i]:bounds[i + 1]].to(dev, non_blocking=True)
+            for i, dev in enumerate(devices)]
+
+
+def allreduce(data):
+    """Sum tensors held on different devices and write the sum into every
+    one of them, in place (book 8.4).
+
+    The results are written with ``copy_`` into the existing tensors, so
+    every device's tensor (e.g. a parameter's ``.grad``) really changes;
+    rebinding a list element would leave the devices untouched.
+
+    Args:
+        data (list of torch.Tensor): same shape, one per device.
+    """
+    for i in range(1, len(data)):
+        data[0].add_(data[i].to(data[0].device))
+    for i in range(1, len(data)):
+        data[i].copy_(data[0].to(data[i].device))
+
+
+def get_params(params, device):
+    """Copy parameters to ``device`` as new leaf tensors that require grad (book 8.4)."""
+    return [p.detach().to(device).clone().requires_grad_(True) for p in params]
+
+
+def sgd(params, lr, batch_size):
+    """Minibatch SGD, in place, then zero the gradients (book 3.2).
+
+    Args:
+        params (list of torch.Tensor): leaf tensors with ``.grad``.
+        lr (float): learning rate.
+        batch_size (int): the gradients are sums over this many examples.
+    """
+    with torch.no_grad():
+        for p in params:
+            p -= lr * p.grad / batch_size
+            p.grad.zero_()
+
+
+# ------------------------------------------------------------- evaluation (3.6)
+
+def evaluate_accuracy(data_iter, net, device=None):
+    """Classification accuracy of ``net`` on ``data_iter`` (book 3.6, 8.5).
+
+    Puts an ``nn.Module`` in eval mode for the pass and restores its mode.
+    Counts stay on the device until the end: one synchronisation.
+
+    Args:
+        data_iter: iterable of ``(X, y)``; X float (batch, ...), y int (batch,).
+        net (callable): X -> logits (batch, num_classes).
+        device (torch.device, str or list or None): where to compute; a list
+            uses its first device; default: the device of net's first
+            parameter, else the CPU.
+
+    Returns:
+        float: accuracy in [0, 1].
+
+    Raises:
+        ValueError: ``data_iter`` yields no example.
+    """
+    if isinstance(device, (list, tuple)):
+        device = device[0]
+    if device is None:
+        first = next(net.parameters(), None) if isinstance(net, nn.Module) else None
+        device = first.device if first is not None else torch.device('cpu')
+    device = torch.device(device)
+    was_training = isinstance(net, nn.Module) and net.training
+    if isinstance(net, nn.Module):
+        net.eval()
+    correct, n = torch.zeros((), dtype=torch.int64, device=device), 0
+    try:
+        with torch.no_grad():
+            for X, y in data_iter:
+                X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                correct += (net(X).argmax(dim=1) == y).sum()
+                n += y.shape[0]
+    finally:
+        if was_training:
+            net.train()
+    _checks.check_examples_seen(n)
+    return correct.item() / n
+
+
+def setup_report():
+    """Print the versions and GPUs this notebook runs with; says plainly when
+    there is no GPU. Returns None."""
+    import platform
+    cuda = torch.version.cuda or 'none (CPU build)'
+    print(f'Python {platform.python_version()}, PyTorch {torch.__version__}, CUDA {cuda}, '
+          f'CPU cores: {os.cpu_count()}')
+    if num_gpus():
+        names = ', '.join(f'cuda:{i} = {gpu_name(i)}' for i in range(num_gpus()))
+        print(f'可用的GPU（{num_gpus()}块）：{names}')
+    else:
+        print('没有可用的GPU：本笔记本在CPU上运行，需要GPU的地方由CPU代替，'
+              '多GPU的代码路径同样能跑通，但不会更快。')

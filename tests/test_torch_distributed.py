@@ -1,0 +1,221 @@
+"""DistributedDataParallel under torchrun and elastic_launch, on the CPU (gloo).
+
+Every job runs on 127.0.0.1 only, in its own session, under a deadline; after
+each one no process of it may be left (checked with psutil by a marker that
+every process of the job carries on its command line or in its environment).
+Deadlines: a whole job JOB_DEADLINE s; after a worker fails, every other
+process of the job ends within END_DEADLINE s (torchrun notices a dead worker
+within its 0.1 s monitor interval and SIGTERMs the rest).
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+torch = pytest.importorskip('torch')
+from d2lzh import torch as d2l  # noqa: E402
+from d2lzh.torch import book, distributed  # noqa: E402
+
+JOB_DEADLINE = 120   # seconds for one job (2 workers, a few steps, maybe one restart)
+END_DEADLINE = 20    # seconds from a worker's failure to the end of every other process
+CONFIG = ['--model', 'lenet', '--epochs', '2', '--batch-size', '8', '--max-examples', '64',
+          '--lr', '0.1', '--no-amp', '--no-channels-last', '--quiet', '--timeout', '90']
+
+
+def _torchrun_args(nnodes=1, nproc=2, endpoint='127.0.0.1:0', extra=()):
+    return [sys.executable, '-m', 'torch.distributed.run', f'--nnodes={nnodes}',
+            f'--nproc-per-node={nproc}', '--rdzv-backend=c10d', f'--rdzv-endpoint={endpoint}',
+            '--monitor-interval=0.1', *extra]
+
+
+def _job_processes(marker):
+    found = []
+    for p in psutil.process_iter(['cmdline', 'environ']):
+        if p.pid == os.getpid():
+            continue
+        try:
+            text = ' '.join(p.info['cmdline'] or []) + str((p.info['environ'] or {}).values())
+        except (psutil.Error, TypeError):
+            continue
+        # multiprocessing's resource tracker serves the parent for its lifetime, by design
+        if marker in text and 'resource_tracker' not in text:
+            found.append(p)
+    return found
+
+
+def _run(cmds, tmp_path, env_extra=None):
+    """Start each command of ``cmds`` in its own session (two nodes = two
+    commands), wait for all under JOB_DEADLINE, kill every session on timeout;
+    return (return codes, outputs, end time)."""
+    env = {**os.environ, 'TMPDIR': str(tmp_path), 'D2LZH_TEST_MARKER': str(tmp_path),
+           'OMP_NUM_THREADS': '1', **(env_extra or {})}
+    env.pop('D2LZH_MAX_EXAMPLES', None)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, cwd=tmp_path, start_new_session=True) for c in cmds]
+    deadline = time.monotonic() + JOB_DEADLINE
+    outs, codes = [], []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+            outs.append(out)
+            codes.append(p.returncode)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f'the job did not end within {JOB_DEADLINE} s')
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=10)
+    end = time.time()
+    left = _job_processes(str(tmp_path))
+    assert not left, f'processes left behind: {[p.pid for p in left]}'
+    return codes, outs, end
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope='module')
+def clean_run(debian_dir, tmp_path_factory):
+    """Two "nodes" on this machine (two torchrun invocations, one worker each),
+    2 epochs of 4 steps; returns (result of rank 0, checkpoint state)."""
+    tmp = tmp_path_factory.mktemp('two-nodes')
+    port = _free_port()
+    cmds = [_torchrun_args(nnodes=2, nproc=1, endpoint=f'127.0.0.1:{port}',
+                           extra=[f'--node-rank={r}', '--rdzv-id=test-job', '-m',
+                                  'd2lzh.torch.distributed', *CONFIG, '--out', str(tmp / 'out'),
+                                  '--checkpoint', str(tmp / 'ck.pt')]) for r in (0, 1)]
+    codes, outs, _ = _run(cmds, tmp)
+    assert codes == [0, 0], outs
+    result = json.loads((tmp / 'out' / 'result.json').read_text())
+    return result, torch.load(tmp / 'ck.pt', weights_only=True)
+
+
+def test_two_workers_equal_one_process_on_the_combined_batch(clean_run):
+    from d2lzh import data
+
+    result, state = clean_run
+    assert result['world_size'] == 2 and result['backend'] == 'gloo'
+    assert len(result['params_digest']) == 2
+    assert result['params_digest'][0] == result['params_digest'][1]  # bitwise-equal replicas
+    # one process, batches of 16 = rank 0's 8 examples followed by rank 1's
+    train_x, train_y, _, _ = data.load_fashion_mnist(max_examples=64, progress=False)
+    X = torch.tensor(train_x, dtype=torch.float32).unsqueeze(1) / 255
+    Y = torch.tensor(train_y, dtype=torch.int64)
+    torch.manual_seed(0)
+    net = distributed.lenet()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    steps = 0
+    for epoch in range(2):
+        shards = [distributed.shard_indices(64, r, 2, 0, epoch) for r in range(2)]
+        for i in range(0, 32, 8):
+            idx = torch.cat([s[i:i + 8] for s in shards])
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(X[idx]), Y[idx]).backward()
+            opt.step()
+            steps += 1
+    assert steps == 8
+    for name, value in net.state_dict().items():
+        torch.testing.assert_close(state['model'][name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_exception_names_rank_and_traceback(debian_dir, tmp_path):
+    cmd = _torchrun_args(extra=['--log-dir', str(tmp_path / 'logs'), '-m',
+                                'd2lzh.torch.distributed', *CONFIG])
+    codes, outs, end = _run([cmd], tmp_path, {'D2LZH_DDP_FAULT': 'raise:1:0'})
+    assert codes == [1]
+    out = outs[0]
+    root = out[out.index('Root Cause'):]
+    assert 'rank      : 1 (local_rank: 1)' in root
+    assert 'Traceback (most recent call last)' in root
+    assert 'RuntimeError: rank 1 failed on purpose in epoch 0 (D2LZH_DDP_FAULT)' in root
+    error_file = next((tmp_path / 'logs').rglob('attempt_0/1/error.json'))
+    assert end - error_file.stat().st_mtime < END_DEADLINE
+
+
+def test_killed_worker_restarts_and_resumes_from_checkpoint(clean_run, tmp_path):
+    ck = tmp_path / 'ck.pt'
+    cmd = _torchrun_args(extra=['--max-restarts=1', '-m', 'd2lzh.torch.distributed', *CONFIG,
+                                '--checkpoint', str(ck), '--out', str(tmp_path / 'out')])
+    codes, outs, _ = _run([cmd], tmp_path, {'D2LZH_DDP_FAULT': 'kill:1:1'})
+    assert codes == [0], outs
+    assert 'exitcode: -9' in outs[0] and 'local_rank: 1' in outs[0]
+    result = json.loads((tmp_path / 'out' / 'result.json').read_text())
+    assert result['restart_count'] == 1 and result['start_epoch'] == 1
+    assert len(result['test_acc']) == 2
+    assert result['params_digest'][0] == result['params_digest'][1]
+    # resumed from epoch 1's checkpoint, it ends where the uninterrupted run ended (up to
+    # rounding: that run had 2 threads per process, this one 1)
+    state = torch.load(ck, weights_only=True)
+    for name, value in clean_run[1]['model'].items():
+        torch.testing.assert_close(state['model'][name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_run_ddp_from_python_reports_a_killed_rank(debian_dir, monkeypatch, tmp_path):
+    """elastic_launch as a notebook calls it: the error names rank 1 and
+    SIGKILL, the caller's signal handlers come back, no torchelastic_* folder
+    and no process is left."""
+    monkeypatch.setenv('TMPDIR', str(tmp_path))
+    monkeypatch.setattr(tempfile, 'tempdir', None)
+    monkeypatch.setenv('D2LZH_DDP_FAULT', 'kill:1:0')
+    monkeypatch.setenv('D2LZH_TEST_MARKER', str(tmp_path))
+    monkeypatch.delenv('D2LZH_MAX_EXAMPLES', raising=False)
+
+    def mine(signum, frame):
+        pass
+
+    old = {s: signal.signal(s, mine) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=r'DDP worker rank 1 of 2 failed with exit code '
+                                               r'-9 \(SIGKILL\)'):
+            d2l.run_ddp(2, model='lenet', num_epochs=1, batch_size=8, max_examples=64,
+                        amp=False, channels_last=False, timeout=90)
+        assert time.monotonic() - start < JOB_DEADLINE
+        assert signal.getsignal(signal.SIGINT) is mine
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    assert not [p.name for p in Path(tmp_path).iterdir() if p.name.startswith('torchelastic_')]
+    assert not _job_processes(str(tmp_path))
+
+
+def test_worker_outside_torchrun_says_how_to_start_it(monkeypatch):
+    monkeypatch.delenv('RANK', raising=False)
+    with pytest.raises(RuntimeError, match=r'\$RANK is not set: .*torchrun'):
+        d2l.ddp_worker({'model': 'lenet'})
+
+
+def test_run_ddp_rejects_bad_settings(monkeypatch):
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['epochs'\]"):
+        d2l.run_ddp(1, epochs=2)
+    with pytest.raises(ValueError, match='max_restarts=-1'):
+        d2l.run_ddp(1, max_restarts=-1)
+    monkeypatch.setattr(book, 'num_gpus', lambda: 1)
+    monkeypatch.setattr(book, 'gpu_name', lambda i: 'NVIDIA H200')
+    with pytest.raises(ValueError, match='asked for 2 GPUs but this machine has 1'):
+        d2l.run_ddp(2, backend='nccl')
+    monkeypatch.setattr(book, 'num_gpus', lambda: 2)
+    with pytest.raises(ValueError, match='cuda_graph=True with world_size=2'):
+        d2l.run_ddp(2, backend='nccl', cuda_graph=True)
+
+
+def test_shards_are_disjoint_and_cover_the_data():
+    shards = [distributed.shard_indices(10, r, 2, seed=0, epoch=3) for r in range(2)]
+    assert sorted(torch.cat(shards).tolist()) == list(range(10))
+    assert not torch.equal(distributed.shard_indices(10, 0, 2, 0, 3),
+                           distributed.shard_indices(10, 0, 2, 0, 4))
