@@ -136,7 +136,7 @@ def _variant(name, change=None, options=None, drop=()):
     TTA_CONFIGS['recipe_' + name] = cfg
 
 
-_E = d2l.FAST_EPOCHS
+_E, _LR = d2l.FAST_EPOCHS, d2l.FAST_LR
 _variant('cudnn_benchmark', {'cudnn_benchmark': True})
 _variant('eval_every_epoch', options={'eval_from': 1})
 _variant('no_label_smoothing', options={'label_smoothing': 0.0})
@@ -144,14 +144,15 @@ _variant('no_nesterov', options={'nesterov': False})
 _variant('cosine_per_epoch', options={'lr_schedule': 'cosine', 'warmup': 0.0})
 _variant('eager', options={'cuda_graph': False})
 _variant('fp32', options={'amp': False})
-_variant('overlap_init', {'overlap_init': True})
-_variant('eval_batch_2000', {'eval_batch_size': 2000})
-_variant('bs256', {'batch_size': 256, 'lr': d2l.FAST_LR / 2})
-_variant('bs1024', {'batch_size': 1024, 'lr': d2l.FAST_LR * 2})
-_variant('lr_half', {'lr': d2l.FAST_LR / 2})
-_variant('lr_double', {'lr': d2l.FAST_LR * 2})
+_variant('no_channels_last', options={'channels_last': False})
+_variant('torch_optim', {'import_dynamo': True})  # what torch.optim's first use costs
+_variant('bs256', {'batch_size': 256, 'lr': _LR / 2})
+_variant('bs1024', {'batch_size': 1024, 'lr': _LR * 2})
+_variant('lr_half', {'lr': _LR / 2})
+_variant('lr_double', {'lr': _LR * 2})
 _variant('epochs_minus_1', {'epochs': _E - 1}, {'eval_from': _E - 1})
 _variant('epochs_plus_1', {'epochs': _E + 1}, {'eval_from': _E + 1})
+_variant('weight_decay_1e-4', options={'weight_decay': 1e-4})
 # Steady throughput (no target): the recipe's CUDA graph with torch.compile inside.
 for _bs in (256, 512, 1024):
     _variant(f'steady_compile_bs{_bs}', {'batch_size': _bs, 'lr': d2l.FAST_LR * _bs / 512},
@@ -171,7 +172,7 @@ def _config(name):
         key, value = change.split('=', 1)
         value = json.loads(value)
         if key in ('batch_size', 'epochs', 'lr', 'cudnn_benchmark', 'gpu_data',
-                   'overlap_init', 'eval_batch_size'):
+                   'overlap_init', 'eval_batch_size', 'import_dynamo'):
             cfg[key] = value
             if key == 'epochs' and 'eval_from' in cfg['options']:
                 cfg['options']['eval_from'] = value

@@ -57,6 +57,8 @@ marks['data'] = time.time() - T0
 torch.backends.cudnn.benchmark = bool(cfg.get('cudnn_benchmark', False))
 torch.manual_seed(cfg.get('seed', 0))
 net = d2l.resnet18(10)
+if cfg.get('import_dynamo'):  # as building a torch.optim optimizer does
+    import torch._dynamo  # noqa: F401
 t_train = time.time()
 h = d2l.train(net, train_iter, test_iter, cfg['epochs'], cfg['lr'], device, verbose=False,
               **cfg['options'])

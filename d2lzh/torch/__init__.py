@@ -18,6 +18,8 @@ One module per concern:
   evaluation, ``setup_report``);
 * :mod:`d2lzh.torch.iterators`: Fashion-MNIST minibatch iterators;
 * :mod:`d2lzh.torch.training`: ``train`` and ``train_data_parallel``;
+* :mod:`d2lzh.torch.fast`: ``train``'s time-to-accuracy loop and
+  ``FAST_RECIPE`` (beyond the book);
 * :mod:`d2lzh.torch.distributed`: DistributedDataParallel (imported on first
   use of its names, so that ``python -m d2lzh.torch.distributed`` runs cleanly).
 """
@@ -35,6 +37,7 @@ from .book import (Residual, allreduce, evaluate_accuracy, get_params, gpu_name,
                    try_all_gpus, try_devices, try_gpu)
 from .iterators import FashionMNISTIter, choose_max_examples, load_data_fashion_mnist  # noqa: F401
 from .training import train, train_data_parallel  # noqa: F401
+from .fast import FAST_BATCH_SIZE, FAST_EPOCHS, FAST_LR, FAST_RECIPE  # noqa: F401
 
 _LAZY = {name: 'd2lzh.torch.distributed' for name in ('run_ddp', 'ddp_worker')}
 
@@ -43,7 +46,7 @@ __all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'record', 'bar_chart', 'set
            'Residual', 'resnet18', 'split_and_load', 'allreduce', 'get_params', 'sgd',
            'evaluate_accuracy', 'FashionMNISTIter', 'load_data_fashion_mnist',
            'choose_max_examples', 'train', 'train_data_parallel', 'run_ddp', 'ddp_worker',
-           'setup_report']
+           'setup_report', 'FAST_RECIPE', 'FAST_BATCH_SIZE', 'FAST_EPOCHS', 'FAST_LR']
 
 
 def __getattr__(name):

@@ -113,7 +113,9 @@ def _capture_step(model, loss_fn, optimizer, X, y, amp, warmup, warmup_steps=3):
 
 def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
           channels_last=False, compile_model=False, cuda_graph=False, momentum=0.0,
-          weight_decay=0.0, lr_schedule=None, verbose=True, checkpoint=None):
+          weight_decay=0.0, lr_schedule=None, verbose=True, checkpoint=None, *,
+          nesterov=False, label_smoothing=0.0, warmup=0.0, target_accuracy=None,
+          eval_from=1):
     """Train a classifier with SGD and cross-entropy on one device (book 8.5).
 
     With the defaults this is the book's loop: fp32, plain SGD at a constant
@@ -167,6 +169,30 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
             epoch (model, optimizer, history; atomically). If it exists when
             training starts, training resumes after the epoch it holds.
 
+    Time-to-accuracy options (beyond the book; keyword only; issue 11). Any
+    of them, or ``lr_schedule='linear'``, selects the loop of
+    :func:`d2lzh.torch.fast.train_to_accuracy` (one model on one device, no
+    ``checkpoint``): a learning rate per step, the start-up timed apart and
+    an early stop. ``d2l.FAST_RECIPE`` is the set measured fastest to 0.92
+    (with ``FAST_BATCH_SIZE``, ``FAST_EPOCHS``, ``FAST_LR``):
+
+        lr_schedule='linear': linear warm-up over the first ``warmup``
+            fraction of all steps, then linear decay to 0 at the last step.
+        nesterov (bool): Nesterov momentum.
+        label_smoothing (float): in [0, 1), of the cross-entropy loss.
+        warmup (float): fraction of all steps in [0, 1) (with 'linear').
+        target_accuracy (float or None): stop after the first evaluated
+            epoch whose test accuracy is >= this. If it is never reached,
+            all ``num_epochs`` run and ``history['reached']`` is None.
+        eval_from (int): evaluate only after epochs ``eval_from`` ..
+            ``num_epochs`` (1: every epoch); the others record None in
+            ``test_acc``.
+
+        That loop's history adds ``warmup_time`` (s: the first step, or the
+        eager warm-up steps and the capture; not in ``epoch_times``) and
+        ``reached`` (None or ``{'epoch', 'test_acc', 'seconds'}``, seconds
+        since ``train`` was called).
+
     Returns:
         dict: ``epoch_times`` (s), ``eval_times`` (s), ``test_acc`` and
         ``train_loss`` (per epoch), ``examples`` (trained on per epoch, by
@@ -175,10 +201,22 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
         resumed at from ``checkpoint``).
 
     Raises:
-        ValueError: unknown ``lr_schedule`` or ``amp``, or a
+        ValueError: unknown ``lr_schedule`` or ``amp``, a
             DistributedDataParallel model whose parameters are not on
-            ``device``.
+            ``device``, or a time-to-accuracy option out of range.
     """
+    if (lr_schedule == 'linear' or nesterov or label_smoothing or warmup
+            or target_accuracy is not None or eval_from != 1):
+        from .fast import train_to_accuracy
+        if isinstance(net, DistributedDataParallel) or checkpoint is not None:
+            raise ValueError('the time-to-accuracy options train one model on one device '
+                             'without checkpoint=: leave them out for DDP or checkpoints')
+        return train_to_accuracy(
+            net, train_iter, test_iter, num_epochs, lr, device, amp=amp,
+            channels_last=channels_last, compile_model=compile_model, cuda_graph=cuda_graph,
+            momentum=momentum, weight_decay=weight_decay, lr_schedule=lr_schedule,
+            verbose=verbose, nesterov=nesterov, label_smoothing=label_smoothing,
+            warmup=warmup, target_accuracy=target_accuracy, eval_from=eval_from)
     device = torch.device(device)
     _lr_factor(lr_schedule, 0, num_epochs)  # validate early
     distributed = isinstance(net, DistributedDataParallel)
