@@ -206,3 +206,91 @@ def test_train_reports_amp_off_on_the_cpu(isolated, tiny_dataset):
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
     assert d2l.train(net, train_iter, test_iter, 1, 0.1, CPU, amp=True,
                      verbose=False)['amp'] == 'off'
+
+
+# ------------------------------------------------- time-to-accuracy options (issue 11)
+
+def _linear_net():
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+
+
+def test_train_stops_when_target_reached(isolated, tiny_dataset):
+    """Evaluated on its own 12 training images, a linear model learns them: the
+    run stops at the first epoch whose accuracy reaches the target."""
+    torch.manual_seed(0)
+    arrays = tiny_dataset[1]
+    train_iter = d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, True)
+    test_iter = d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, False)
+    h = d2l.train(_linear_net(), train_iter, test_iter, 30, 0.05, CPU, momentum=0.9,
+                  nesterov=True, label_smoothing=0.1, lr_schedule='linear', warmup=0.1,
+                  target_accuracy=0.99, verbose=False)
+    reached = h['reached']
+    assert reached is not None and reached['test_acc'] >= 0.99
+    assert reached['epoch'] == len(h['epoch_times']) < 30  # stopped early
+    assert all(a < 0.99 for a in h['test_acc'][:-1]) and reached['seconds'] > 0
+    assert h['warmup_time'] > 0 and h['amp'] == 'off'
+
+
+def test_train_target_never_reached_is_a_result(isolated, tiny_dataset):
+    torch.manual_seed(0)
+    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
+    h = d2l.train(_linear_net(), train_iter, test_iter, 3, 0.1, CPU, target_accuracy=1.0,
+                  eval_from=2, verbose=False)
+    assert h['reached'] is None and len(h['epoch_times']) == 3
+    assert h['test_acc'][0] is None and all(a < 1.0 for a in h['test_acc'][1:])
+    assert len(h['eval_times']) == 2 and h['examples'] == 12
+
+
+def test_linear_schedule_per_step():
+    from d2lzh.torch import fast
+    lrs = fast._step_lrs('linear', 1.0, 2, 5, 0.2)  # 10 steps, 2 of warm-up
+    assert len(lrs) == 10 and lrs[:2] == [0.5, 1.0] and max(lrs) == 1.0
+    assert all(a > b for a, b in zip(lrs[2:], lrs[3:])) and 0 < lrs[-1] <= 0.125
+    assert fast._step_lrs('cosine', 1.0, 2, 3, 0.0) == [1.0] * 3 + [0.5] * 3
+
+
+def test_fused_sgd_matches_torch_optim():
+    """The direct call of torch._fused_sgd_ makes torch.optim.SGD's update."""
+    from d2lzh.torch import fast
+    torch.manual_seed(0)
+    a = [torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)]
+    b = [p.detach().clone().requires_grad_(True) for p in a]
+    ours = fast._FusedSGD(a, torch.tensor(0.1), momentum=0.9, weight_decay=5e-4, nesterov=True)
+    ref = torch.optim.SGD(b, lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True)
+    for step in range(3):
+        grads = [torch.randn_like(p) for p in a]
+        for p, q, g in zip(a, b, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        try:
+            ours.step()
+        except (RuntimeError, NotImplementedError) as err:  # no CPU kernel in this torch
+            pytest.skip(f'torch._fused_sgd_ has no CPU kernel here: {err}')
+        ref.step()
+        for p, q in zip(a, b):
+            torch.testing.assert_close(p, q)
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    ({'label_smoothing': 1.0}, 'label_smoothing=1.0'),
+    ({'warmup': 1.0, 'lr_schedule': 'linear'}, 'warmup=1.0'),
+    ({'eval_from': 3}, 'eval_from=3'),
+    ({'eval_from': 0}, 'eval_from=0'),
+    ({'target_accuracy': 1.5}, 'target_accuracy=1.5'),
+    ({'target_accuracy': 0.9, 'lr_schedule': 'step'}, "lr_schedule='step'"),
+    ({'target_accuracy': 0.9, 'checkpoint': 'ck.pt'}, 'without checkpoint='),
+])
+def test_train_rejects_bad_time_to_accuracy_options(isolated, tiny_dataset, kwargs, match):
+    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
+    with pytest.raises(ValueError, match=match):
+        d2l.train(_linear_net(), train_iter, test_iter, 2, 0.1, CPU, verbose=False, **kwargs)
+
+
+def test_fast_recipe_is_a_valid_option_set(isolated, tiny_dataset):
+    """d2l.FAST_RECIPE runs on the CPU (graph and bf16 are CUDA-only and skipped)."""
+    torch.manual_seed(0)
+    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
+    h = d2l.train(_linear_net(), train_iter, test_iter, d2l.FAST_EPOCHS, d2l.FAST_LR, CPU,
+                  verbose=False, **d2l.FAST_RECIPE)
+    assert len(h['epoch_times']) == d2l.FAST_EPOCHS and h['test_acc'][-1] is not None
+    assert h['test_acc'][:d2l.FAST_RECIPE['eval_from'] - 1] == \
+        [None] * (d2l.FAST_RECIPE['eval_from'] - 1)
