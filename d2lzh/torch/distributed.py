@@ -229,7 +229,8 @@ def ddp_worker(config=None):
 
     Reads ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from torchrun's
     environment, joins the process group (NCCL with GPUs, one per local
-    rank; gloo on the CPU; ``init_method='env://'``), trains on its shard
+    rank; gloo on the CPU) through torchrun's store at ``MASTER_ADDR:MASTER_PORT``
+    with keys of this attempt (see :func:`_attempt_store`), trains on its shard
     with :func:`d2lzh.torch.train` and leaves the group. A deadline of
     ``config['timeout']`` seconds bounds the whole process (it exits with
     code 124) and every collective. Decorated with torch's ``@record``, so
