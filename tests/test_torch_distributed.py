@@ -222,3 +222,10 @@ def test_shards_are_disjoint_and_cover_the_data():
     assert sorted(torch.cat(shards).tolist()) == list(range(10))
     assert not torch.equal(distributed.shard_indices(10, 0, 2, 0, 3),
                            distributed.shard_indices(10, 0, 2, 0, 4))
+
+
+def test_worker_module_help():
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.torch.distributed', '--help'],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stderr == ''
+    assert 'torchrun ... -m d2lzh.torch.distributed' in out.stdout and '--checkpoint' in out.stdout

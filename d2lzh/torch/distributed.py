@@ -256,7 +256,8 @@ def ddp_worker(config=None):
     Raises:
         RuntimeError: not started by torchrun (no ``$RANK``), or a failure
             in training.
-        ValueError: an unknown or invalid setting.
+        ValueError: an unknown or invalid setting, or ``cuda_graph`` with
+            NCCL and more than one process (it hung on 2x H200).
     """
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -270,6 +271,7 @@ def ddp_worker(config=None):
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device')
     warnings.filterwarnings('ignore', message='Grad strides do not match bucket view')
     backend = cfg['backend'] or ('nccl' if torch.cuda.is_available() else 'gloo')
+    _refuse_graph_with_several(cfg['cuda_graph'], backend, world_size)
     if os.environ.get('MASTER_ADDR') in ('127.0.0.1', 'localhost') and _loopback_interface():
         # one machine: keep gloo's and NCCL's own sockets on the loopback interface too
         os.environ.setdefault('GLOO_SOCKET_IFNAME', _loopback_interface())
@@ -340,6 +342,15 @@ def ddp_worker(config=None):
     return history
 
 
+def _refuse_graph_with_several(cuda_graph, backend, world_size):
+    if cuda_graph and backend == 'nccl' and world_size > 1:
+        raise ValueError(
+            f'cuda_graph=True with world_size={world_size}: capturing the DDP step in more '
+            'than one process never finished on 2x H200 with PyTorch 2.11 (it hung until '
+            'the timeout; see bench/README.md), so it is refused rather than left to hang. '
+            'Use cuda_graph=False with several processes, or world_size=1.')
+
+
 def _deadline_passed(rank, seconds):
     print(f'rank {rank}: the deadline of {seconds:g} s passed; exiting with code 124',
           file=sys.stderr, flush=True)
@@ -391,9 +402,9 @@ def main(argv=None):
     result = ddp_worker(cfg)
     if result is not None:
         acc = f', test acc {result["test_acc"][-1]:.3f}' if result['test_acc'] else ''
-        print(f'world size {result["world_size"]} ({result["backend"]}, {result["device"]}): '
-              f'{result["images_per_s"]:.0f} images/s in the best epoch{acc}; replicas '
-              f'identical: {len(set(result["params_digest"])) == 1}')
+        print(f'world size {result["world_size"]} ({result["backend"]}, {result["device"]}, '
+              f'amp {result["amp"]}): {result["images_per_s"]:.0f} images/s in the best '
+              f'epoch{acc}; replicas identical: {len(set(result["params_digest"])) == 1}')
 
 
 # ------------------------------------------------------------------ from a notebook
@@ -446,12 +457,7 @@ def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
         raise ValueError(f'asked for {world_size} GPUs but this machine has {have}: '
                          f'{names or "none"}. Ask for at most {have} processes, or '
                          "use backend='gloo'.")
-    if cfg['cuda_graph'] and backend == 'nccl' and world_size > 1:
-        raise ValueError(
-            f'cuda_graph=True with world_size={world_size}: capturing the DDP step in more '
-            'than one process never finished on 2x H200 with PyTorch 2.11 (it hung until '
-            'the timeout; see bench/README.md), so it is refused rather than left to hang. '
-            'Use cuda_graph=False with several processes, or world_size=1.')
+    _refuse_graph_with_several(cfg['cuda_graph'], backend, world_size)
     cfg['backend'] = backend
     return _launch(world_size, ddp_worker, (cfg,), max_restarts, join_timeout)[0]
 
