@@ -3,13 +3,16 @@
 :mod:`d2lzh.mxnet` and :mod:`d2lzh.torch` call the same functions here, so the
 same mistake gets the same message in either edition and the device policy of
 ``try_devices`` is one rule, not two. Nothing here imports MXNet or PyTorch.
+
+``split_and_load`` keeps its check written out in each edition: notebook 8.4
+(``05_multiple-gpus``) shows the function, check included, and its ``#@save``
+copy must be the package's code.
 """
 import warnings
 
 import numpy as np
 
-__all__ = ['check_positive_int', 'check_num_devices', 'choose_gpus', 'split_bounds',
-           'check_examples_seen']
+__all__ = ['check_positive_int', 'check_num_devices', 'choose_gpus', 'check_examples_seen']
 
 
 def check_positive_int(name, value, allow_none=False):
@@ -57,22 +60,6 @@ def choose_gpus(num, gpus, describe=str, stacklevel=3):
                       f'most {len(gpus)} to silence this warning.', RuntimeWarning,
                       stacklevel=stacklevel)
     return gpus[:num]
-
-
-def split_bounds(n, k, even_split=True):
-    """Slice boundaries for ``split_and_load`` (book 8.4): ``n`` examples over
-    ``k`` devices, slice i is ``[bounds[i], bounds[i+1])``; uneven slices differ
-    by at most one example and the larger ones come last.
-
-    Raises:
-        ValueError: ``even_split`` and n is not a multiple of k, or n < k.
-    """
-    if n < k or (even_split and n % k != 0):
-        raise ValueError(
-            f'cannot split a batch of {n} examples evenly over {k} devices: use a batch '
-            f'size that is a multiple of {k}'
-            + ('' if n < k else ', or pass even_split=False to allow unequal slices'))
-    return [i * n // k for i in range(k + 1)]
 
 
 def check_examples_seen(n):

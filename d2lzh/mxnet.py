@@ -209,7 +209,13 @@ def split_and_load(data, ctx_list, batch_axis=0, even_split=True):  #@save
     """
     if not isinstance(data, nd.NDArray):
         data = nd.array(data)
-    bounds = _checks.split_bounds(data.shape[batch_axis], len(ctx_list), even_split)
+    n, k = data.shape[batch_axis], len(ctx_list)
+    if n < k or (even_split and n % k != 0):
+        raise ValueError(
+            f'cannot split a batch of {n} examples evenly over {k} devices: use a batch '
+            f'size that is a multiple of {k}'
+            + ('' if n < k else ', or pass even_split=False to allow unequal slices'))
+    bounds = [i * n // k for i in range(k + 1)]
     return [nd.slice_axis(data, axis=batch_axis, begin=bounds[i], end=bounds[i + 1])
             .as_in_context(ctx) for i, ctx in enumerate(ctx_list)]
 

@@ -18,16 +18,6 @@ def test_choose_gpus_rejects(bad):
         checks.choose_gpus(bad, [0])
 
 
-def test_split_bounds():
-    assert checks.split_bounds(6, 3) == [0, 2, 4, 6]
-    assert checks.split_bounds(7, 3, even_split=False) == [0, 2, 4, 7]
-    with pytest.raises(ValueError, match='7 examples evenly over 2 devices.*even_split=False'):
-        checks.split_bounds(7, 2)
-    with pytest.raises(ValueError, match=r'2 examples evenly over 3 devices: use a batch size '
-                                         r'that is a multiple of 3$'):
-        checks.split_bounds(2, 3, even_split=False)
-
-
 def test_check_positive_int_and_examples_seen():
     checks.check_positive_int('batch_size', 3)
     checks.check_positive_int('resize', None, allow_none=True)

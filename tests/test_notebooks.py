@@ -26,7 +26,7 @@ EXPECTED = ['01_use-gpu', '02_hybridize', '03_async-computation', '04_auto-paral
             '05_multiple-gpus', '06_multiple-gpus-gluon']
 EXPECTED_TORCH = ['01_use-gpu', '02_hybridize', '03_async-computation',
                   '04_auto-parallelism', '05_multiple-gpus', '06_multiple-gpus-concise',
-                  '07_modern-gpu-training']
+                  '07_modern-gpu-training', '08_distributed-training']
 MACHINE_PATH = re.compile(r'(/work/|/root/|/home/[a-z]|/tmp/[A-Za-z0-9_.-]+/|/Users/)')
 
 

@@ -5,7 +5,8 @@
 ``evaluate_accuracy``, ``load_data_fashion_mnist``, ``split_and_load``,
 ``allreduce``, ``get_params``, ``sgd``, the training loops used by the
 notebooks (``train``, ``train_data_parallel``) and DistributedDataParallel
-(``run_ddp``, ``ddp_worker``). The data comes from :mod:`d2lzh.data` (same
+(``run_ddp``, ``ddp_worker``, ``measure_allreduce``; the worker runs under
+``torchrun -m d2lzh.torch.distributed``). The data comes from :mod:`d2lzh.data` (same
 search order, verification and ``$D2LZH_MAX_EXAMPLES``); torchvision is not
 needed. PyTorch >= 2.4 is supported; it is an optional extra of d2lzh.
 
@@ -39,14 +40,16 @@ from .iterators import FashionMNISTIter, choose_max_examples, load_data_fashion_
 from .training import train, train_data_parallel  # noqa: F401
 from .fast import FAST_BATCH_SIZE, FAST_EPOCHS, FAST_LR, FAST_RECIPE  # noqa: F401
 
-_LAZY = {name: 'd2lzh.torch.distributed' for name in ('run_ddp', 'ddp_worker')}
+_LAZY = {name: 'd2lzh.torch.distributed'
+         for name in ('run_ddp', 'ddp_worker', 'measure_allreduce')}
 
 __all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'record', 'bar_chart', 'set_figsize',
            'gpu_name', 'num_gpus', 'try_gpu', 'try_all_gpus', 'try_devices', 'synchronize',
            'Residual', 'resnet18', 'split_and_load', 'allreduce', 'get_params', 'sgd',
            'evaluate_accuracy', 'FashionMNISTIter', 'load_data_fashion_mnist',
            'choose_max_examples', 'train', 'train_data_parallel', 'run_ddp', 'ddp_worker',
-           'setup_report', 'FAST_RECIPE', 'FAST_BATCH_SIZE', 'FAST_EPOCHS', 'FAST_LR']
+           'measure_allreduce', 'setup_report', 'FAST_RECIPE', 'FAST_BATCH_SIZE', 'FAST_EPOCHS',
+           'FAST_LR']
 
 
 def __getattr__(name):

@@ -150,12 +150,17 @@ def split_and_load(data, devices, even_split=True):
 
     Raises:
         ValueError: ``even_split`` and n is not a multiple of the device
-            count, or n is smaller than the device count
-            (:func:`d2lzh.checks.split_bounds`, shared with the MXNet edition).
+            count, or n is smaller than the device count.
     """
     if not isinstance(data, torch.Tensor):
         data = torch.as_tensor(data)
-    bounds = _checks.split_bounds(data.shape[0], len(devices), even_split)
+    n, k = data.shape[0], len(devices)
+    if n < k or (even_split and n % k != 0):
+        raise ValueError(
+            f'cannot split a batch of {n} examples evenly over {k} devices: use a batch '
+            f'size that is a multiple of {k}'
+            + ('' if n < k else ', or pass even_split=False to allow unequal slices'))
+    bounds = [i * n // k for i in range(k + 1)]
     return [data[bounds[i]:bounds[i + 1]].to(dev, non_blocking=True)
             for i, dev in enumerate(devices)]
 

@@ -39,6 +39,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import uuid
 import warnings
 from datetime import timedelta
@@ -55,8 +56,8 @@ from .book import resnet18
 from .iterators import FashionMNISTIter
 from .training import _capture_stream, _lr_factor, train
 
-__all__ = ['run_ddp', 'ddp_worker', 'main', 'ShardIter', 'shard_indices', 'lenet',
-           'DEFAULTS']
+__all__ = ['run_ddp', 'ddp_worker', 'main', 'measure_allreduce', 'ShardIter', 'shard_indices',
+           'lenet', 'DEFAULTS']
 
 #: The worker's settings and their defaults (``run_ddp`` keywords, ``main``'s
 #: ``--options`` with ``-`` for ``_``).
@@ -228,7 +229,8 @@ def ddp_worker(config=None):
 
     Reads ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` from torchrun's
     environment, joins the process group (NCCL with GPUs, one per local
-    rank; gloo on the CPU; ``init_method='env://'``), trains on its shard
+    rank; gloo on the CPU) through torchrun's store at ``MASTER_ADDR:MASTER_PORT``
+    with keys of this attempt (see :func:`_attempt_store`), trains on its shard
     with :func:`d2lzh.torch.train` and leaves the group. A deadline of
     ``config['timeout']`` seconds bounds the whole process (it exits with
     code 124) and every collective. Decorated with torch's ``@record``, so
@@ -254,7 +256,8 @@ def ddp_worker(config=None):
     Raises:
         RuntimeError: not started by torchrun (no ``$RANK``), or a failure
             in training.
-        ValueError: an unknown or invalid setting.
+        ValueError: an unknown or invalid setting, or ``cuda_graph`` with
+            NCCL and more than one process (it hung on 2x H200).
     """
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -268,6 +271,7 @@ def ddp_worker(config=None):
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device')
     warnings.filterwarnings('ignore', message='Grad strides do not match bucket view')
     backend = cfg['backend'] or ('nccl' if torch.cuda.is_available() else 'gloo')
+    _refuse_graph_with_several(cfg['cuda_graph'], backend, world_size)
     if os.environ.get('MASTER_ADDR') in ('127.0.0.1', 'localhost') and _loopback_interface():
         # one machine: keep gloo's and NCCL's own sockets on the loopback interface too
         os.environ.setdefault('GLOO_SOCKET_IFNAME', _loopback_interface())
@@ -338,6 +342,15 @@ def ddp_worker(config=None):
     return history
 
 
+def _refuse_graph_with_several(cuda_graph, backend, world_size):
+    if cuda_graph and backend == 'nccl' and world_size > 1:
+        raise ValueError(
+            f'cuda_graph=True with world_size={world_size}: capturing the DDP step in more '
+            'than one process never finished on 2x H200 with PyTorch 2.11 (it hung until '
+            'the timeout; see bench/README.md), so it is refused rather than left to hang. '
+            'Use cuda_graph=False with several processes, or world_size=1.')
+
+
 def _deadline_passed(rank, seconds):
     print(f'rank {rank}: the deadline of {seconds:g} s passed; exiting with code 124',
           file=sys.stderr, flush=True)
@@ -389,14 +402,18 @@ def main(argv=None):
     result = ddp_worker(cfg)
     if result is not None:
         acc = f', test acc {result["test_acc"][-1]:.3f}' if result['test_acc'] else ''
-        print(f'world size {result["world_size"]} ({result["backend"]}, {result["device"]}): '
-              f'{result["images_per_s"]:.0f} images/s in the best epoch{acc}; replicas '
-              f'identical: {len(set(result["params_digest"])) == 1}')
+        print(f'world size {result["world_size"]} ({result["backend"]}, {result["device"]}, '
+              f'amp {result["amp"]}): {result["images_per_s"]:.0f} images/s in the best '
+              f'epoch{acc}; replicas identical: {len(set(result["params_digest"])) == 1}')
 
 
 # ------------------------------------------------------------------ from a notebook
 
-def run_ddp(world_size, max_restarts=0, join_timeout=60.0, **config):
+def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
+            model='resnet18', amp=True, channels_last=True, compile_model=False,
+            cuda_graph=False, gradient_as_bucket_view=True, momentum=0.0, weight_decay=0.0,
+            lr_schedule=None, backend=None, timeout=900.0, seed=0, checkpoint=None,
+            verbose=False, max_restarts=0, join_timeout=60.0):
     """Run :func:`ddp_worker` in ``world_size`` processes on this machine, from
     Python (a notebook), through ``torch.distributed.launcher.api.elastic_launch``:
     what ``torchrun --nproc-per-node=world_size`` does, with c10d rendezvous on
@@ -406,15 +423,18 @@ def run_ddp(world_size, max_restarts=0, join_timeout=60.0, **config):
     import it by name: a function defined in a notebook would fail). The
     kernel's SIGINT/SIGTERM handlers, which the launcher replaces, are put
     back, and the ``torchelastic_*`` folder it writes its logs to is removed.
+    The workers' stderr goes to files there (a Jupyter kernel would forward
+    it, local paths and all, into the cell); Python logging is off meanwhile.
 
     Args:
         world_size (int): processes (one GPU each with NCCL).
         max_restarts (int): how often the group is restarted after a failure
             (resuming from ``checkpoint`` if given).
         join_timeout (float): seconds the rendezvous waits for every process.
-        **config: the worker's settings (:data:`DEFAULTS`): ``num_epochs``,
-            ``batch_size`` (per process), ``lr``, ``max_examples``, ``amp``,
-            ``channels_last``, ``cuda_graph``, ``timeout`` (s) ...
+        num_epochs, batch_size (per process), lr, max_examples, model, amp,
+        channels_last, compile_model, cuda_graph, gradient_as_bucket_view,
+        momentum, weight_decay, lr_schedule, backend, timeout (s), seed,
+        checkpoint, verbose: the worker's settings, see :func:`ddp_worker`.
 
     Returns:
         dict: rank 0's result (see :func:`ddp_worker`).
@@ -426,13 +446,10 @@ def run_ddp(world_size, max_restarts=0, join_timeout=60.0, **config):
             message names the rank, its exit code and the end of its
             traceback (torch's ``ChildFailedError`` is chained as the cause).
     """
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
     _checks.check_positive_int('world_size', world_size)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f'max_restarts={max_restarts!r} is not valid: use a whole number >= 0')
-    cfg = _config(config)
+    cfg = _config({name: value for name, value in locals().items() if name in DEFAULTS})
     backend = cfg['backend'] or ('nccl' if _book.num_gpus() > 0 else 'gloo')
     have = _book.num_gpus()
     if backend == 'nccl' and have < world_size:
@@ -440,32 +457,114 @@ def run_ddp(world_size, max_restarts=0, join_timeout=60.0, **config):
         raise ValueError(f'asked for {world_size} GPUs but this machine has {have}: '
                          f'{names or "none"}. Ask for at most {have} processes, or '
                          "use backend='gloo'.")
-    if cfg['cuda_graph'] and backend == 'nccl' and world_size > 1:
-        raise ValueError(
-            f'cuda_graph=True with world_size={world_size}: capturing the DDP step in more '
-            'than one process never finished on 2x H200 with PyTorch 2.11 (it hung until '
-            'the timeout; see bench/README.md), so it is refused rather than left to hang. '
-            'Use cuda_graph=False with several processes, or world_size=1.')
+    _refuse_graph_with_several(cfg['cuda_graph'], backend, world_size)
     cfg['backend'] = backend
+    return _launch(world_size, ddp_worker, (cfg,), max_restarts, join_timeout)[0]
+
+
+def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0):
+    """``elastic_launch`` of ``entrypoint(*args)`` in ``world_size`` local
+    processes (c10d rendezvous on 127.0.0.1, a free port, spawn), with the
+    caller's SIGINT/SIGTERM handlers put back, the launcher's log folders
+    removed. While it runs, Python logging is off (the launcher logs every
+    step, with local paths) and the workers' stderr goes to files in the
+    log folder (a Jupyter kernel would forward it into the cell); a failing
+    worker's traceback reaches the RuntimeError through its error file.
+    Returns {rank: return value}; a failure raises RuntimeError."""
+    import logging
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
     log_dir = tempfile.mkdtemp(prefix='d2lzh-ddp-')
     before = set(_torchelastic_dirs())
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    disabled = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)  # the launcher's own log lines, during the launch
     launch = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=uuid.uuid4().hex,
         rdzv_backend='c10d', rdzv_endpoint='127.0.0.1:0',
         rdzv_configs={'join_timeout': join_timeout}, max_restarts=max_restarts,
         monitor_interval=0.1, start_method='spawn', **_log_dir_option(log_dir))
     try:
-        results = elastic_launch(launch, ddp_worker)(cfg)
+        return elastic_launch(launch, entrypoint)(*args)
     except ChildFailedError as err:
         raise RuntimeError(_failure_message(err, world_size, max_restarts)) from err
     finally:
+        logging.disable(disabled)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         shutil.rmtree(log_dir, ignore_errors=True)
         for d in set(_torchelastic_dirs()) - before:
             shutil.rmtree(d, ignore_errors=True)
-    return results[0]
+
+
+@record
+def _allreduce_worker(sizes, repeats, backend):
+    import torch.distributed as dist
+
+    rank, local_rank, world_size = _env_int('RANK'), _env_int('LOCAL_RANK'), \
+        _env_int('WORLD_SIZE')
+    if backend == 'nccl':
+        device = torch.device(f'cuda:{local_rank}')
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device('cpu')
+        torch.set_num_threads(1)
+    timeout = timedelta(seconds=300)
+    dist.init_process_group(backend, store=_attempt_store(rank, world_size, timeout),
+                            rank=rank, world_size=world_size, timeout=timeout)
+    try:
+        times = []
+        for size in sizes:
+            x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+            dist.all_reduce(x)  # warm-up: connections and buffers
+            best = float('inf')
+            for _ in range(repeats):
+                _book.synchronize(device)
+                dist.barrier()
+                start = time.perf_counter()
+                dist.all_reduce(x)
+                _book.synchronize(device)
+                best = min(best, time.perf_counter() - start)
+            t = torch.tensor([best], dtype=torch.float64, device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+            times.append(t.item())
+    finally:
+        dist.destroy_process_group()
+    return times if rank == 0 else None
+
+
+def measure_allreduce(world_size, sizes, repeats=5, backend=None):
+    """Time one all-reduce (sum) of float32 tensors across ``world_size``
+    local processes, started with ``elastic_launch`` as :func:`run_ddp` does.
+
+    For each size: one warm-up all-reduce, then ``repeats`` timed ones, each
+    between a barrier and a synchronisation; the best of them, from the
+    slowest rank, is reported. Beyond the book.
+
+    Args:
+        world_size (int): processes (one GPU each with NCCL).
+        sizes (list of int): tensor sizes in bytes (multiples of 4).
+        repeats (int): timed all-reduces per size.
+        backend (str or None): 'nccl' or 'gloo'; default nccl with GPUs.
+
+    Returns:
+        list of float: seconds per all-reduce, one per size.
+
+    Raises:
+        ValueError: bad arguments, or more NCCL processes than GPUs.
+        RuntimeError: a process failed.
+    """
+    _checks.check_positive_int('world_size', world_size)
+    _checks.check_positive_int('repeats', repeats)
+    for size in sizes:
+        _checks.check_positive_int('size', size)
+    backend = backend or ('nccl' if _book.num_gpus() > 0 else 'gloo')
+    if backend == 'nccl' and _book.num_gpus() < world_size:
+        raise ValueError(f'asked for {world_size} GPUs but this machine has '
+                         f'{_book.num_gpus()}: use backend=\'gloo\' or fewer processes')
+    return _launch(world_size, _allreduce_worker, (list(sizes), repeats, backend))[0]
 
 
 def _torchelastic_dirs():
@@ -474,12 +573,14 @@ def _torchelastic_dirs():
 
 
 def _log_dir_option(log_dir):
-    """LaunchConfig's way to name the log folder: ``logs_specs`` (torch >= 2.3)."""
+    """LaunchConfig's way to name the log folder, with the workers' stderr
+    sent to files there: ``logs_specs`` (torch >= 2.3)."""
+    from torch.distributed.elastic.multiprocessing import Std
     try:
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
-    except ImportError:  # older torch: LaunchConfig(log_dir=...)
-        return {'log_dir': log_dir}
-    return {'logs_specs': DefaultLogsSpecs(log_dir=log_dir)}
+    except ImportError:  # older torch: LaunchConfig(log_dir=..., redirects=...)
+        return {'log_dir': log_dir, 'redirects': Std.ERR}
+    return {'logs_specs': DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ERR)}
 
 
 def _failure_message(err, world_size, max_restarts):
@@ -491,11 +592,11 @@ def _failure_message(err, world_size, max_restarts):
     rank, failure = min(signalled, key=lambda rf: rf[1].timestamp) if signalled \
         else err.get_first_failure()
     others = sorted(r for r in err.failures if r != rank)
-    detail = 'no traceback (the process was killed or exited without one)'
+    detail = 'no traceback (the process was killed by a signal or exited without one)'
     message = failure.message
     if isinstance(message, dict):
         message = message.get('message', '')
-    if message and not str(message).startswith('To enable traceback'):
+    if message and not str(message).startswith(('To enable traceback', 'Signal ')):
         lines = [ln for ln in str(message).strip().splitlines() if ln.strip()]
         detail = lines[-1] if lines else detail
     code = failure.exitcode
