@@ -182,6 +182,10 @@ def preload():
     with (8.9 and 11.8 vs. 8.x and 11.2: same major version, compatible) are turned off
     unless ``MXNET_CUDNN_LIB_CHECKING`` / ``MXNET_CUDA_LIB_CHECKING`` are set.
 
+    While MXNet is not installed yet, or cannot be loaded, a hook on ``import mxnet``
+    (a :data:`sys.meta_path` finder) calls this function again at that import, so that
+    MXNet installed after ``import d2lzh`` (a notebook's setup cell) is handled too.
+
     Raises:
         CudaSetupError (an ImportError): the driver is missing (no NVIDIA driver, or a
             cloud runtime without a GPU), or a CUDA 11 library that ``libmxnet.so`` needs
@@ -193,15 +197,17 @@ def preload():
     if _preloaded:
         return
     lib = mxnet_library()
-    if lib is None or not is_gpu_build(lib):
-        _preloaded = True
+    if lib is None:                  # not installed (yet): look again at `import mxnet`
+        _install_guard()
         return
-    try:
-        _load()
-    except CudaSetupError as err:
-        _guard_mxnet_import(err)
-        raise
+    if is_gpu_build(lib):
+        try:
+            _load()
+        except CudaSetupError:
+            _install_guard()         # `import mxnet` raises this error, not an OSError
+            raise
     _preloaded = True
+    _remove_guard()
 
 
 def _load():
@@ -242,21 +248,18 @@ def _load():
 
 
 class _MXNetGuard:
-    """A meta path finder that makes ``import mxnet`` raise the setup error (and not a
-    raw ``OSError`` from deep inside MXNet) until :func:`preload` succeeds."""
+    """A meta path finder that runs :func:`preload` when ``mxnet`` is imported, until
+    it has succeeded once; it finds nothing itself (the normal finders import mxnet)."""
 
     busy = False   # True while mxnet_library() looks mxnet up
 
     @classmethod
     def find_spec(cls, fullname, path=None, target=None):
-        if fullname != 'mxnet' or cls.busy:
-            return None
-        preload()            # raises the current error while the cause is not fixed
-        _remove_guard()
-        return None          # fixed: let the normal import go on
+        if fullname == 'mxnet' and not cls.busy:
+            preload()        # raises CudaSetupError while MXNet cannot be loaded
 
 
-def _guard_mxnet_import(err):
+def _install_guard():
     global _finder
     if _finder is None and 'mxnet' not in sys.modules:
         _finder = _MXNetGuard()
@@ -292,7 +295,8 @@ def no_gpu_warning():
         reason = (f'{cudart.cudaGetErrorName(code).decode()}: '
                   f'{cudart.cudaGetErrorString(code).decode()}')
     if code == 35:  # cudaErrorInsufficientDriver
-        fix = 'Update the NVIDIA driver (CUDA 11.2 needs driver 460 or newer).'
+        fix = ('Update the NVIDIA driver: the CUDA 11 libraries need 450.80.02 or newer '
+               '(520 or newer, the driver of CUDA 11.8, recommended).')
     else:
         fix = ('On a cloud notebook, switch the runtime to a GPU; on a machine without an '
                'NVIDIA GPU, the CPU build `mxnet` is the one to install.')

@@ -15,8 +15,8 @@ import warnings
 
 import numpy as np
 
-from . import data as _data
 from . import _cuda11
+from . import data as _data
 from ._compat import import_mxnet
 
 mx = import_mxnet()

@@ -1,10 +1,14 @@
 /* A stand-in for the NVIDIA driver's libcuda.so.1 on a machine without a GPU (tests only).
  *
- * It exports the driver functions that libmxnet.so (mxnet-cu112 1.9.1) links against and
- * those that the CUDA runtime (libcudart.so.11.0) looks up, and answers like a driver that
- * sees no GPU: cuInit returns CUDA_ERROR_NO_DEVICE (100), as the real driver does, or
- * CUDA_SUCCESS when STUB_LIBCUDA_CUINIT=0 is set, in which case cuDeviceGetCount reports 0
- * devices. Every other call returns CUDA_ERROR_NO_DEVICE. Build:
+ * It exports the driver functions that libmxnet.so (mxnet-cu112 1.9.1) links against
+ * (`nm -D --undefined-only libmxnet.so`) and those the CUDA runtime (libcudart.so.11.0) looks
+ * up with dlsym, and answers like a driver that sees no GPU: cuInit returns
+ * CUDA_ERROR_NO_DEVICE (100), as the real driver does; cudart then reports
+ * cudaErrorNoDevice, which MXNet counts as 0 GPUs. cuDriverGetVersion says 12020 (a CUDA 12.2
+ * driver, as on Colab) or $STUB_LIBCUDA_VERSION (e.g. 10020: too old for CUDA 11, cudart
+ * reports cudaErrorInsufficientDriver). Every other entry point returns CUDA_ERROR_NO_DEVICE.
+ * (Answering cuInit with success is not an option: cudart then needs the driver's private
+ * export tables, cuGetExportTable.) Build:
  *     gcc -shared -fPIC -o libcuda.so.1 -Wl,-soname,libcuda.so.1 libcuda.c
  */
 #include <stdlib.h>
@@ -20,14 +24,14 @@ typedef int CUresult;
 #define EXPORT __attribute__((visibility("default")))
 
 EXPORT CUresult cuInit(unsigned int flags) {
-    const char *mode = getenv("STUB_LIBCUDA_CUINIT");
     (void)flags;
-    return (mode && strcmp(mode, "0") == 0) ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+    return CUDA_ERROR_NO_DEVICE;
 }
 
 EXPORT CUresult cuDriverGetVersion(int *version) {
+    const char *fake = getenv("STUB_LIBCUDA_VERSION");
     if (!version) return CUDA_ERROR_INVALID_VALUE;
-    *version = 12020;  /* a CUDA 12.2 driver, as on Colab */
+    *version = fake ? atoi(fake) : 12020;  /* default: a CUDA 12.2 driver, as on Colab */
     return CUDA_SUCCESS;
 }
 
