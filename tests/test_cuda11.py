@@ -292,6 +292,35 @@ def test_mxnet_cu112_loads_and_try_gpu_falls_back_to_the_cpu(stub_driver):
     assert 'cudaErrorNoDevice' in out.stderr and 'Falling back to the CPU' in out.stderr
 
 
+def test_mxnet_cu112_libraries_load_their_own_parts_from_the_pip_folder(stub_driver):
+    """cuDNN 8 loads its six sub-libraries, and NVRTC (MXNet's runtime kernel compiler) its
+    builtins, lazily by name: they must come from the same pip folder. Neither needs a GPU."""
+    _require_gpu_build()
+    code = r'''
+        import ctypes, d2lzh, mxnet
+        cudnn = ctypes.CDLL('libcudnn.so.8')      # the copy preload() loaded
+        for part in ('OpsInfer', 'OpsTrain', 'CnnInfer', 'CnnTrain', 'AdvInfer', 'AdvTrain'):
+            assert getattr(cudnn, f'cudnn{part}VersionCheck')() == 0, part
+        nvrtc = ctypes.CDLL('libnvrtc.so.11.2')
+        prog = ctypes.c_void_p()
+        src = b'extern "C" __global__ void twice(float *x) { x[threadIdx.x] *= 2.0f; }'
+        assert nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b'k.cu', 0, None, None) == 0
+        opts = (ctypes.c_char_p * 1)(b'--gpu-architecture=compute_75')
+        assert nvrtc.nvrtcCompileProgram(prog, 1, opts) == 0
+        for line in open('/proc/self/maps'):
+            if 'libcudnn' in line or 'libnvrtc' in line:
+                print(line.split()[-1])
+    '''
+    out = _run(code, driver=stub_driver)
+    assert out.returncode == 0, out.stderr
+    paths = set(out.stdout.split())
+    names = {Path(p).name for p in paths}
+    assert {f'libcudnn_{a}_{b}.so.8' for a in ('ops', 'cnn', 'adv')
+            for b in ('infer', 'train')} < names
+    assert any(n.startswith('libnvrtc-builtins') for n in names)
+    assert all(p.startswith(str(_cuda11.target_dir())) for p in paths), paths
+
+
 def test_mxnet_cu112_with_a_driver_too_old_for_cuda_11_says_update_it(stub_driver):
     _require_gpu_build()
     out = _run('import d2lzh as d2l\nprint(d2l.try_gpu())', driver=stub_driver,
