@@ -44,6 +44,7 @@ help:
 	@echo "make data   find, install or download Fashion-MNIST and verify it"
 	@echo "make venv   create/update .venv from requirements.txt"
 	@echo "make clean  remove $(BUILD)/;  make distclean  also remove .venv"
+	@echo "make test-gpu-build  mxnet-cu112 + CUDA 11 pip packages against a stub driver (2.2 GB)"
 
 ifeq ($(EDITION),mxnet)
 venv: $(STAMP)
@@ -78,6 +79,10 @@ $(STAMP): requirements.txt pyproject.toml
 	  $(PY) -m pip uninstall --quiet --yes mxnet 2>/dev/null || true; \
 	  echo "$(PY) -m pip install $(MXNET_PACKAGE)==1.9.1"; \
 	  $(PY) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$(MXNET_PACKAGE)==1.9.1"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check "requests>=2.20.0,<3" "graphviz>=0.8.1,<0.9.0"; \
+	  echo "$(PY) -m pip install --target $$($(PY) d2lzh/_cuda11.py target-dir) <CUDA 11 libraries, d2lzh/_cuda11.py>"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --upgrade --no-deps \
+	    --target "$$($(PY) d2lzh/_cuda11.py target-dir)" $$($(PY) d2lzh/_cuda11.py packages); \
 	fi
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
@@ -114,3 +119,16 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+# mxnet-cu112 on a machine without a GPU (issue 8, point 4): builds $(GPU_BUILD_VENV) with
+# the GPU build and NVIDIA's CUDA 11 pip packages (about 2.2 GB of downloads, kept in pip's
+# cache), then runs tests/test_cuda11.py against a stub NVIDIA driver that it builds with gcc.
+# Not part of `make test` (the downloads); see README, "Troubleshooting".
+GPU_BUILD_VENV ?= .venv-cu112
+.PHONY: test-gpu-build clean-gpu-build
+test-gpu-build:
+	$(MAKE) --no-print-directory venv VENV=$(GPU_BUILD_VENV) MXNET_PACKAGE=mxnet-cu112 EDITION=mxnet
+	D2LZH_REQUIRE_GPU_BUILD=1 $(GPU_BUILD_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/test_cuda11.py
+distclean: clean-gpu-build
+clean-gpu-build:
+	rm -rf $(GPU_BUILD_VENV)

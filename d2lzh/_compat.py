@@ -30,6 +30,8 @@ def prepare_mxnet_import():
     global _prepared
     if _prepared:
         return
+    from ._cuda11 import preload
+    preload()  # a GPU build of MXNet: load the driver and the CUDA 11 libraries first
     import numpy as np
 
     major = int(np.__version__.split('.')[0])

@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 
+from . import _cuda11
 from . import checks as _checks
 from . import data as _data
 from ._compat import import_mxnet
@@ -72,7 +73,10 @@ def _working_gpus():
     global _gpu_cache
     if _gpu_cache is None:
         _gpu_cache = []
-        for i in range(mx.context.num_gpus()):
+        count = mx.context.num_gpus()
+        if count == 0 and (message := _cuda11.no_gpu_warning()):  # GPU build, no GPU
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+        for i in range(count):
             reason = _probe_gpu(i)
             if reason is None:
                 _gpu_cache.append(i)
