@@ -186,7 +186,8 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
         num_workers (int or None): workers the reference stands for; with a
             distributed kvstore it must be None or ``kv.num_workers``.
         epochs (int): passes over the training subset.
-        max_steps (int or None): stop after this many steps in total.
+        max_steps (int or None): stop after this many steps in total (0: return
+            the initial parameters).
         lr (float): SGD learning rate.
         max_examples (int or 'all'): first N Fashion-MNIST training images.
         seed (int): seeds parameter initialisation and the data order.
@@ -215,7 +216,10 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
 
     check_positive_int('batch_size', batch_size)
     check_positive_int('epochs', epochs)
-    check_positive_int('max_steps', max_steps, allow_none=True)
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
+                                  or max_steps < 0):
+        raise ValueError(f'max_steps={max_steps!r} is not valid: it must be a whole number >= 0 '
+                         'or None')
     distributed = kvstore is not None and 'dist' in kvstore
     if distributed:
         kv = mx.kv.create(kvstore)
@@ -367,6 +371,8 @@ def main(argv=None):
                        on_start=lambda kv, rank, n: write_status(rank=rank, num_workers=n))
         if args.out:
             save_result(result, args.out)
+        if not result['steps']:
+            return 0
         compute, step = np.median(result['compute_s']), np.median(result['step_s'])
         who = 'single process' if result['rank'] is None else f'worker rank {result["rank"]}'
         print(f'[{PREFIX}] {who} of {result["num_workers"]}: {result["steps"]} steps, '

@@ -1,0 +1,150 @@
+"""MXNet's parameter server (ps-lite, kvstore='dist_sync') started by MXNet's own
+launcher through d2lzh.mxnet_launch: results, faults, deadline, no process left.
+
+Every job runs on 127.0.0.1 only, under the launcher's --timeout and under a
+subprocess timeout here; each test checks with psutil that no process of its
+job is left.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import psutil
+import pytest
+
+from d2lzh import _dmlc_compat
+from d2lzh import mxnet_dist
+from d2lzh.mxnet_launch import describe_exit
+
+HOST = '127.0.0.1'
+STEPS = 4
+BATCH = 32
+
+
+def job_processes(tag):
+    """Every process of one test's job: the launcher and everything it started
+    (scheduler, servers, workers: all have DMLC_ROLE) inherit the test's tag.
+    Tagging keeps other sessions' MXNet jobs on the same machine out of it."""
+    found = []
+    for proc in psutil.process_iter(['pid']):
+        try:
+            env = proc.environ()
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if env.get('D2LZH_TEST_TAG') == tag:
+            found.append(proc)
+    return found
+
+
+def launch(tmp_path, *worker_args, workers=2, servers=1, timeout=60, extra_env=None):
+    """Run the documented command; returns (returncode, stderr+stdout, seconds, tag)."""
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1', **(extra_env or {}))
+    cmd = [sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST, '--timeout', str(timeout),
+           '-n', str(workers), '-s', str(servers), '--launcher', 'local',
+           sys.executable, '-m', 'd2lzh.mxnet_dist', '--batch-size', str(BATCH),
+           '--max-steps', str(STEPS), '--max-examples', '1024', *worker_args]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout + 30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f'the launcher outlived its own deadline:\n{out}')
+    finally:
+        for p in job_processes(tag):  # leave nothing behind even when a test fails
+            p.kill()
+    return proc.returncode, out, time.monotonic() - start, tag
+
+
+def assert_nothing_left(tag):
+    time.sleep(0.2)
+    left = job_processes(tag)
+    assert not left, f'processes left behind: {[p.cmdline() for p in left]}'
+
+
+def test_patch_fixes_threads_and_address():
+    tracker = _dmlc_compat.patch_dmlc_tracker(HOST)
+    assert tracker.get_host_ip('auto') == HOST
+    thread = tracker.Thread(target=lambda: None)
+    thread.setDaemon(True)
+    thread.start()
+    thread.join()
+    assert thread.daemon and not thread.isAlive()
+    tracker = _dmlc_compat.patch_dmlc_tracker(None)  # back to dmlc's own guess
+    assert tracker.get_host_ip('10.1.2.3') == '10.1.2.3'
+
+
+def test_describe_exit():
+    assert describe_exit(-9) == 'killed by SIGKILL'
+    assert describe_exit(1) == 'exit code 1'
+    assert describe_exit(137) == 'exit code 137 (= 128 + SIGKILL)'
+
+
+def test_batch_indices_shard_the_global_batch():
+    parts = [mxnet_dist.batch_indices(100, 8, 3, r, epoch=1, seed=0) for r in range(3)]
+    whole = mxnet_dist.batch_indices(100, 8, 3, None, epoch=1, seed=0)
+    assert len(whole) == 100 // 24
+    for t, batch in enumerate(whole):
+        np.testing.assert_array_equal(np.concatenate([p[t] for p in parts]), batch)
+    with pytest.raises(ValueError, match='fewer than one global batch'):
+        mxnet_dist.batch_indices(10, 8, 3, 0, epoch=0, seed=0)
+
+
+def test_launcher_requires_host_and_timeout():
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet_launch', '-n', '1',
+                          '--launcher', 'local', 'true'],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert '--host' in out.stderr and '--timeout' in out.stderr
+
+
+def test_two_workers_equal_one_process_on_the_combined_batch(tmp_path):
+    # An exported PORT would make ps-lite bind every process to one port: the launcher drops it.
+    code, out, seconds, tag = launch(tmp_path, '--out', str(tmp_path), extra_env={'PORT': '9'})
+    assert code == 0, out
+    assert 'ignoring PORT=9' in out
+    assert 'all 4 processes (1 scheduler, 1 server, 2 worker) finished' in out
+    assert_nothing_left(tag)
+    w0 = mxnet_dist.load_result(tmp_path, 'worker-0')
+    w1 = mxnet_dist.load_result(tmp_path, 'worker-1')
+    assert (w0['steps'], w0['global_batch'], w0['num_workers']) == (STEPS, 2 * BATCH, 2)
+    assert w0['losses'] != w1['losses']  # different shards
+    for a, b in zip(w0['params'], w1['params']):
+        np.testing.assert_array_equal(a, b)  # the workers hold the same parameters
+    single = mxnet_dist.train(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=STEPS,
+                              max_examples=1024)
+    init = mxnet_dist.train(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=0,
+                            max_examples=1024)
+    for a, b, c in zip(w0['params'], single['params'], init['params']):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+        assert np.abs(a - c).max() > 1e-4 or a.ndim == 1  # training changed the weights
+
+
+@pytest.mark.parametrize('mode, said', [('raise', 'RuntimeError: injected fault'),
+                                        ('kill', 'killed by SIGKILL')])
+def test_a_failing_worker_ends_the_whole_job(tmp_path, mode, said):
+    deadline = 60
+    code, out, seconds, tag = launch(tmp_path, '--fault', f'{mode}:1:2', timeout=deadline)
+    assert code == 1, out
+    assert f'worker (kv.rank 1, ' in out and said in out, out
+    assert 'ending the job: stopping 3 other process(es)' in out
+    if mode == 'raise':
+        assert 'Traceback' in out  # the worker's own traceback
+    assert seconds < 30, f'the job took {seconds:.1f} s to end'
+    assert_nothing_left(tag)
+
+
+def test_deadline_ends_a_job_that_does_not_finish(tmp_path):
+    code, out, seconds, tag = launch(tmp_path, '--max-steps', '100000', '--epochs', '1000',
+                                     timeout=6)
+    assert code == 124, out
+    assert 'deadline of 6 s passed; still running:' in out and 'worker (kv.rank' in out
+    assert seconds < 6 + 15
+    assert_nothing_left(tag)
