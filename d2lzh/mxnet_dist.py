@@ -41,6 +41,7 @@ PREFIX = 'd2lzh.mxnet_dist'
 # Set by d2lzh.mxnet_launch for each process it starts.
 STATUS_ENV = 'D2LZH_DIST_STATUS'   # file this process writes its role/rank/error to
 TIMEOUT_ENV = 'D2LZH_DIST_TIMEOUT'  # default of --timeout, seconds
+LAUNCHER_ENV = 'D2LZH_DIST_LAUNCHER_PID'  # pid of the launcher on this machine
 
 
 def _say(msg):
@@ -70,8 +71,28 @@ def write_status(**fields):
         pass
 
 
+def _alive(pid):
+    """Whether process ``pid`` exists and is not a zombie (Linux: /proc; elsewhere: kill 0)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (OSError, IndexError):
+        return True
+
+
 def start_watchdog(timeout, role):
-    """End this process after ``timeout`` seconds, or as soon as its parent has gone.
+    """End this process after ``timeout`` seconds, or as soon as its launcher has gone.
+
+    The launcher has gone when this process's parent changes, or when the
+    process named by ``$D2LZH_DIST_LAUNCHER_PID`` (set by
+    :mod:`d2lzh.mxnet_launch` on its own machine) no longer runs: that also
+    covers a launcher that died before this process could look at its parent.
 
     ps-lite has no failure detection: when a peer dies, the other processes
     block forever. This daemon thread makes sure none outlives its deadline
@@ -87,6 +108,7 @@ def start_watchdog(timeout, role):
         threading.Thread: the started daemon thread.
     """
     parent = os.getppid()
+    launcher = int(os.environ.get(LAUNCHER_ENV) or 0) or None
     deadline = time.monotonic() + timeout if timeout and timeout > 0 else None
 
     def watch():
@@ -96,8 +118,9 @@ def start_watchdog(timeout, role):
                 _say(f'{role} (pid {os.getpid()}): deadline of {timeout:g} s passed, exiting')
                 write_status(error=f'deadline of {timeout:g} s passed')
                 os._exit(124)
-            if os.getppid() != parent:
-                _say(f'{role} (pid {os.getpid()}): its launcher (pid {parent}) has gone, exiting')
+            if os.getppid() != parent or (launcher is not None and not _alive(launcher)):
+                _say(f'{role} (pid {os.getpid()}): its launcher (pid {launcher or parent}) has '
+                     'gone, exiting')
                 os._exit(1)
 
     thread = threading.Thread(target=watch, name='d2lzh-watchdog', daemon=True)

@@ -3,7 +3,8 @@
 Beyond the book. ``python -m d2lzh.mxnet_launch`` takes the arguments of
 ``python -m mxnet.tools.launch`` (MXNet's launcher, which starts the ps-lite
 scheduler, servers and workers through ``dmlc_tracker``) plus three of its own,
-and runs that launcher in this process, unchanged except for:
+and runs that launcher in this process, unchanged except for (give the three first:
+everything from the first other argument on goes to ``mxnet.tools.launch``):
 
 * :func:`d2lzh._dmlc_compat.patch_dmlc_tracker`: Python 3.10-3.13 support
   and the address given with ``--host`` (in local mode also each process's
@@ -124,6 +125,7 @@ class Supervisor:
             status_path = os.path.join(self.status_dir, f'{self.next_id}.json')
         env['D2LZH_DIST_STATUS'] = status_path
         env.setdefault('D2LZH_DIST_TIMEOUT', f'{self.child_timeout:g}')
+        env['D2LZH_DIST_LAUNCHER_PID'] = str(os.getpid())
         proc = subprocess.Popen(args, env=env, start_new_session=True, **kwargs)
         child = _Child(proc, env, status_path, time.monotonic())
         with self.changed:
@@ -195,7 +197,7 @@ def _parser():
         prog='python -m d2lzh.mxnet_launch', add_help=False,
         description="MXNet's launcher (python -m mxnet.tools.launch ARGS) with a deadline, "
                     'the address you give, and the whole job ended when one process fails. '
-                    'All other arguments go to mxnet.tools.launch.')
+                    'Give these options first; all other arguments go to mxnet.tools.launch.')
     p.add_argument('--host', default=None,
                    help='address the scheduler listens on and every process connects to '
                         '(127.0.0.1 for one machine; required)')
@@ -216,7 +218,18 @@ def main(argv=None):
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    ours, rest = parser.parse_known_args(argv)
+    # Our options come first; everything from the first other argument on belongs to
+    # mxnet.tools.launch and the command it starts (which may have a --timeout of its own).
+    i = 0
+    while i < len(argv):
+        name = argv[i].split('=', 1)[0]
+        if name in ('--host', '--timeout', '--grace'):
+            i += 1 if '=' in argv[i] else 2
+        elif name in ('-h', '--help'):
+            i += 1
+        else:
+            break
+    ours, rest = parser.parse_args(argv[:i]), argv[i:]
     namespace = _load_mxnet_launch()
     if ours.help:
         parser.print_help()

@@ -142,9 +142,35 @@ def test_a_failing_worker_ends_the_whole_job(tmp_path, mode, said):
 
 
 def test_deadline_ends_a_job_that_does_not_finish(tmp_path):
+    # The worker's own --timeout (after the command) is the worker's, not the launcher's.
     code, out, seconds, tag = launch(tmp_path, '--max-steps', '100000', '--epochs', '1000',
-                                     timeout=6)
+                                     '--timeout', '300', timeout=6)
     assert code == 124, out
     assert 'deadline of 6 s passed; still running:' in out and 'worker (kv.rank' in out
     assert seconds < 6 + 15
     assert_nothing_left(tag)
+
+
+def test_processes_end_when_the_launcher_is_killed(tmp_path):
+    """SIGKILL cannot be handled by the launcher: each process's watchdog sees its parent go."""
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1')
+    cmd = [sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST, '--timeout', '60',
+           '-n', '2', '-s', '1', '--launcher', 'local', sys.executable, '-m', 'd2lzh.mxnet_dist',
+           '--max-steps', '100000', '--epochs', '1000', '--max-examples', '1024']
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        end = time.monotonic() + 30
+        while len(job_processes(tag)) < 5 and time.monotonic() < end:  # launcher + 4
+            time.sleep(0.2)
+        assert len(job_processes(tag)) == 5, 'the job did not start'
+        proc.kill()
+        proc.wait(timeout=10)
+        end = time.monotonic() + 10
+        while job_processes(tag) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert_nothing_left(tag)
+    finally:
+        for p in job_processes(tag):
+            p.kill()
