@@ -33,6 +33,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import runpy
 import shutil
 import signal
@@ -53,10 +54,25 @@ def _say(msg):
     print(f'[{PREFIX}] {msg}', file=sys.stderr, flush=True)
 
 
+def _role_of(args, env):
+    """(role, where) of a command dmlc_tracker starts, or (None, None) for other commands
+    (e.g. the ssh launcher's rsync). Local processes have DMLC_ROLE in their environment;
+    the ssh and mpi launchers put it into the command line they run."""
+    if env.get('DMLC_ROLE'):
+        return env['DMLC_ROLE'], None
+    text = args if isinstance(args, str) else ' '.join(map(str, args))
+    role = re.search(r'DMLC_ROLE[= ](scheduler|server|worker)\b', text)
+    if role is None:
+        return None, None
+    host = re.search(r'^ssh .*?StrictHostKeyChecking=no (\S+) -p', text)
+    where = f'via ssh on {host.group(1)}' if host else text.split()[0] if text else None
+    return role.group(1), where
+
+
 class _Child:
-    def __init__(self, proc, env, status_path, started):
+    def __init__(self, proc, role, where, env, status_path, started):
         self.proc, self.status_path, self.started = proc, status_path, started
-        self.role = env.get('DMLC_ROLE', '?')
+        self.role, self.where = role, where
         self.task = env.get('DMLC_TASK_ID')
 
     def status(self):
@@ -73,6 +89,8 @@ class _Child:
             parts.append(f'kv.rank {status["rank"]}')
         if self.task is not None:
             parts.append(f'task {self.task}')
+        if self.where:
+            parts.append(self.where)
         parts.append(f'pid {self.proc.pid}')
         return f'{parts[0]} ({", ".join(parts[1:])})'
 
@@ -117,7 +135,16 @@ class Supervisor:
         return getattr(subprocess, name)
 
     def call(self, args, **kwargs):
+        return self._run(subprocess.call, args, kwargs)
+
+    def check_call(self, args, **kwargs):
+        return self._run(subprocess.check_call, args, kwargs)
+
+    def _run(self, plain, args, kwargs):
         env = dict(kwargs.pop('env', None) or os.environ)
+        role, where = _role_of(args, env)
+        if role is None:  # not a process of the job (rsync of the ssh launcher ...)
+            return plain(args, env=env, **kwargs)
         with self.lock:
             if self.stopping:
                 raise SystemExit(0)
@@ -127,7 +154,7 @@ class Supervisor:
         env.setdefault('D2LZH_DIST_TIMEOUT', f'{self.child_timeout:g}')
         env['D2LZH_DIST_LAUNCHER_PID'] = str(os.getpid())
         proc = subprocess.Popen(args, env=env, start_new_session=True, **kwargs)
-        child = _Child(proc, env, status_path, time.monotonic())
+        child = _Child(proc, role, where, env, status_path, time.monotonic())
         with self.changed:
             self.children.append(child)
             self.changed.notify_all()
@@ -137,8 +164,6 @@ class Supervisor:
         if code != 0:
             threading.Event().wait()  # never return into dmlc_tracker: the launcher ends the job
         return code
-
-    check_call = call
 
     def first_failure(self):
         """The first child (by start order) that has exited non-zero, or None."""

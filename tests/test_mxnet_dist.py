@@ -174,3 +174,14 @@ def test_processes_end_when_the_launcher_is_killed(tmp_path):
     finally:
         for p in job_processes(tag):
             p.kill()
+
+
+def test_processes_of_remote_launchers_are_named():
+    from d2lzh.mxnet_launch import _role_of
+    ssh = ("ssh -o StrictHostKeyChecking=no 10.0.0.11 -p 22 'export DMLC_ROLE=server; "
+           "export DMLC_NODE_HOST=10.0.0.11; cd /job; python -m d2lzh.mxnet_dist'")
+    assert _role_of(ssh, {}) == ('server', 'via ssh on 10.0.0.11')
+    mpi = 'mpirun -n 2  -x DMLC_ROLE=worker -x DMLC_NUM_WORKER=2 --hostfile hosts python x.py'
+    assert _role_of(mpi, {}) == ('worker', 'mpirun')
+    assert _role_of('rsync -az a b:c', {}) == (None, None)
+    assert _role_of('python x.py', {'DMLC_ROLE': 'scheduler'}) == ('scheduler', None)
