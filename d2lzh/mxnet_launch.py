@@ -1,22 +1,26 @@
 """Run MXNet's own launcher with a deadline, and end the whole job when one process fails.
 
-Beyond the book. ``python -m d2lzh.mxnet_launch`` takes the arguments of
-``python -m mxnet.tools.launch`` (MXNet's launcher, which starts the ps-lite
-scheduler, servers and workers through ``dmlc_tracker``) plus three of its own,
-and runs that launcher in this process, unchanged except for (give the three first:
-everything from the first other argument on goes to ``mxnet.tools.launch``):
+Beyond the book. ``python -m d2lzh.mxnet_launch --host ADDRESS --timeout SECONDS
+[--grace SECONDS] ARGS`` runs ``python -m mxnet.tools.launch ARGS`` (MXNet's
+launcher, which starts the ps-lite scheduler, servers and workers through
+``dmlc_tracker``) in this process. Its own three options come first; every
+argument from the first other one on goes to ``mxnet.tools.launch`` unchanged.
+MXNet's launcher does the launching; this module adds:
 
-* :func:`d2lzh._dmlc_compat.patch_dmlc_tracker`: Python 3.10-3.13 support
-  and the address given with ``--host`` (in local mode also each process's
-  ``DMLC_NODE_HOST``), instead of the eth0 address it would pick;
-* supervision of every process it starts: each runs in a process group of its
-  own; when one exits with an error or is killed, or when ``--timeout``
-  seconds have passed, the launcher names it (role, kvstore rank, task
-  number, pid, exit code or signal, and the error it recorded), stops every
-  process group (SIGTERM, then SIGKILL after ``--grace`` seconds) and exits
-  with status 1 (a process failed), 124 (deadline) or 128+N (signal N to the
-  launcher). ps-lite itself never notices a dead peer: without this the other
-  processes, and MXNet's launcher, wait forever.
+* :func:`d2lzh._dmlc_compat.patch_dmlc_tracker`: Python 3.10-3.13 support,
+  and ``--host`` as the scheduler's address (in local mode also every
+  process's ``DMLC_NODE_HOST``) instead of the eth0 address dmlc would pick;
+* supervision of every process ``dmlc_tracker`` starts: each runs in a process
+  group of its own; when one exits with an error or is killed, or when
+  ``--timeout`` seconds have passed, the launcher names it (role, kvstore
+  rank, task number or host, pid, exit code or signal, and the error the
+  worker recorded), stops every process group (SIGTERM, then SIGKILL after
+  ``--grace`` seconds) and exits with status 1 (a process failed), 124 (the
+  deadline) or 128+N (signal N to the launcher). ps-lite itself never notices
+  a dead peer: without this the other processes, and MXNet's launcher, wait
+  forever. Each process started on this machine also gets the launcher's pid
+  and a deadline, which the watchdog of :mod:`d2lzh.mxnet_dist` uses to end it
+  when the launcher itself is killed.
 
 ``$PORT`` is removed from the environment (ps-lite would bind every process to
 that one port). Example, 2 workers and 1 server on this machine::
@@ -26,7 +30,7 @@ that one port). Example, 2 workers and 1 server on this machine::
 
 With ``--launcher ssh -H hosts`` (or ``mpi``) the processes run on other
 machines; the launcher supervises the local ``ssh``/``mpirun`` processes, and
-:mod:`d2lzh.mxnet_dist`'s own watchdog (``--timeout``) ends the remote ones.
+the worker program's own ``--timeout`` ends the remote ones.
 """
 import argparse
 import importlib.util
@@ -310,9 +314,8 @@ def main(argv=None):
     received = []
 
     def on_signal(signum, frame):
+        # No lock here: the main thread may hold it. The loop below looks every 0.2 s.
         received.append(signum)
-        with supervisor.changed:
-            supervisor.changed.notify_all()
 
     old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     start = time.monotonic()

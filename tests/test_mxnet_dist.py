@@ -7,6 +7,7 @@ job is left.
 """
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -185,3 +186,18 @@ def test_processes_of_remote_launchers_are_named():
     assert _role_of(mpi, {}) == ('worker', 'mpirun')
     assert _role_of('rsync -az a b:c', {}) == (None, None)
     assert _role_of('python x.py', {'DMLC_ROLE': 'scheduler'}) == ('scheduler', None)
+
+
+def test_worker_watchdog_ends_a_worker_waiting_for_a_scheduler_that_never_comes():
+    """Without any launcher: ps-lite would wait forever; the worker's own --timeout ends it."""
+    with socket.socket() as s:  # a port on which nobody listens
+        s.bind((HOST, 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, DMLC_ROLE='worker', DMLC_PS_ROOT_URI=HOST, DMLC_PS_ROOT_PORT=str(port),
+               DMLC_NODE_HOST=HOST, DMLC_NUM_SERVER='1', DMLC_NUM_WORKER='1', OMP_NUM_THREADS='1')
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet_dist', '--timeout', '3'], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 124, out.stderr
+    assert 'worker (pid' in out.stderr and 'deadline of 3 s passed, exiting' in out.stderr
+    assert time.monotonic() - start < 20
