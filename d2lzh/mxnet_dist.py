@@ -193,7 +193,7 @@ def batch_indices(num_examples, batch_size, num_workers, rank, epoch, seed):
 
 
 def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=None, lr=0.1,
-          max_examples=2048, seed=0, fault=None, on_start=None):
+          max_examples=2048, seed=0, fault=None, on_start=None, root=None):
     """Train :func:`lenet` with ``gluon.Trainer``, alone or as one worker of a job.
 
     With a distributed kvstore (``'dist_sync'``, ``'dist_async'``) this process
@@ -219,6 +219,8 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
             SIGKILL to itself), to demonstrate the launcher's fault handling.
         on_start (callable or None): called with ``(kvstore_type, rank,
             num_workers)`` once the kvstore exists.
+        root (str or None): folder searched first for Fashion-MNIST (see
+            :func:`d2lzh.data.load_fashion_mnist`).
 
     Returns:
         dict: ``params`` (list of float32 numpy arrays in ``collect_params``
@@ -256,7 +258,7 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
     if on_start is not None:
         on_start(kvstore, rank, workers)
 
-    train_x, train_y, _, _ = load_fashion_mnist(max_examples=max_examples, progress=False)
+    train_x, train_y, _, _ = load_fashion_mnist(root, max_examples=max_examples, progress=False)
     images = train_x.astype(np.float32)[:, None] / 255
     mx.random.seed(seed)
     net = lenet()
@@ -338,6 +340,9 @@ def _parser():
     p.add_argument('--max-examples', default='2048',
                    help="first N training images, or 'all' (default 2048)")
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--data-dir', default=None,
+                   help='folder searched first for Fashion-MNIST (on a cluster: a shared folder; '
+                        '$D2LZH_DATA_DIR does not travel through the ssh launcher)')
     p.add_argument('--workers', type=int, default=1,
                    help='without DMLC_ROLE: train alone on the combined batch of this many workers')
     p.add_argument('--out', default=None, help='folder for worker-<rank>.npz/.json')
@@ -390,7 +395,7 @@ def main(argv=None):
         result = train(kvstore=kvstore, batch_size=args.batch_size,
                        num_workers=None if role else args.workers, epochs=args.epochs,
                        max_steps=args.max_steps, lr=args.lr, max_examples=args.max_examples,
-                       seed=args.seed, fault=fault,
+                       seed=args.seed, fault=fault, root=args.data_dir,
                        on_start=lambda kv, rank, n: write_status(rank=rank, num_workers=n))
         if args.out:
             save_result(result, args.out)
