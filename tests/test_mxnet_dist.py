@@ -152,8 +152,9 @@ def test_deadline_ends_a_job_that_does_not_finish(tmp_path):
     assert_nothing_left(tag)
 
 
-def test_processes_end_when_the_launcher_is_killed(tmp_path):
-    """SIGKILL cannot be handled by the launcher: each process's watchdog sees its parent go."""
+def test_loopback_only_and_processes_end_when_the_launcher_is_killed(tmp_path):
+    """Mid-run, every process listens on 127.0.0.1 only. Then SIGKILL, which the launcher
+    cannot handle: each process's watchdog sees its launcher go."""
     tag = uuid.uuid4().hex
     env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1')
     cmd = [sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST, '--timeout', '60',
@@ -166,6 +167,17 @@ def test_processes_end_when_the_launcher_is_killed(tmp_path):
         while len(job_processes(tag)) < 5 and time.monotonic() < end:  # launcher + 4
             time.sleep(0.2)
         assert len(job_processes(tag)) == 5, 'the job did not start'
+        # Every process of the job listens on the address given with --host, and only there.
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            listening = {p.pid: [c.laddr.ip for c in p.net_connections('inet')
+                                 if c.status == psutil.CONN_LISTEN]
+                         for p in job_processes(tag) if 'DMLC_ROLE' in p.environ()}
+            if len(listening) == 4 and all(listening.values()):
+                break
+            time.sleep(0.2)
+        assert len(listening) == 4 and all(listening.values()), listening
+        assert {ip for ips in listening.values() for ip in ips} == {HOST}, listening
         proc.kill()
         proc.wait(timeout=10)
         end = time.monotonic() + 10
