@@ -65,7 +65,17 @@ def launch(tmp_path, *worker_args, workers=2, servers=1, timeout=60, extra_env=N
 
 
 def assert_nothing_left(tag):
+    """No process of the job runs: none of this test's children, and nothing anywhere with
+    DMLC_ROLE (or the launcher) carrying this test's tag."""
     time.sleep(0.2)
+    children = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if any('d2lzh.mxnet' in part for part in p.cmdline()):
+                children.append(p)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            pass
+    assert not children, f'children left behind: {[p.cmdline() for p in children]}'
     left = job_processes(tag)
     assert not left, f'processes left behind: {[p.cmdline() for p in left]}'
 
