@@ -283,6 +283,11 @@ def main(argv=None):
             launcher = rest[i + 1]
         elif arg.startswith('--launcher='):
             launcher = arg.split('=', 1)[1]
+    if launcher in ('ssh', 'mpi') and not any(
+            a in ('-H', '--hostfile') or a.startswith('--hostfile=') for a in rest):
+        _say(f'error: --launcher {launcher} (the default is ssh) needs -H HOSTFILE, a file with '
+             'one machine per line; for processes on this machine only use --launcher local')
+        return 2
     if launcher == 'local':
         os.environ['DMLC_NODE_HOST'] = ours.host
 
@@ -364,7 +369,8 @@ def _supervise(supervisor, thread, outcome, received, deadline, ours, start):
         supervisor.stop_all(ours.grace)
         return 124
     if outcome.get('code'):
-        _say(f'mxnet.tools.launch failed ({outcome.get("error") or describe_exit(outcome["code"])})')
+        why = outcome.get('error') or describe_exit(outcome['code'])
+        _say(f'mxnet.tools.launch failed ({why})')
         supervisor.stop_all(ours.grace)
         return outcome['code']
     counts = {}

@@ -41,7 +41,7 @@ def job_processes(tag):
     return found
 
 
-def launch(tmp_path, *worker_args, workers=2, servers=1, timeout=60, extra_env=None):
+def launch(*worker_args, workers=2, servers=1, timeout=60, extra_env=None):
     """Run the documented command; returns (returncode, stderr+stdout, seconds, tag)."""
     tag = uuid.uuid4().hex
     env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1', **(extra_env or {}))
@@ -118,7 +118,7 @@ def test_launcher_requires_host_and_timeout():
 
 def test_two_workers_equal_one_process_on_the_combined_batch(tmp_path):
     # An exported PORT would make ps-lite bind every process to one port: the launcher drops it.
-    code, out, seconds, tag = launch(tmp_path, '--out', str(tmp_path), extra_env={'PORT': '9'})
+    code, out, seconds, tag = launch('--out', str(tmp_path), extra_env={'PORT': '9'})
     assert code == 0, out
     assert 'ignoring PORT=9' in out
     assert 'all 4 processes (1 scheduler, 1 server, 2 worker) finished' in out
@@ -140,9 +140,9 @@ def test_two_workers_equal_one_process_on_the_combined_batch(tmp_path):
 
 @pytest.mark.parametrize('mode, said', [('raise', 'RuntimeError: injected fault'),
                                         ('kill', 'killed by SIGKILL')])
-def test_a_failing_worker_ends_the_whole_job(tmp_path, mode, said):
+def test_a_failing_worker_ends_the_whole_job(mode, said):
     deadline = 60
-    code, out, seconds, tag = launch(tmp_path, '--fault', f'{mode}:1:2', timeout=deadline)
+    code, out, seconds, tag = launch('--fault', f'{mode}:1:2', timeout=deadline)
     assert code == 1, out
     assert f'worker (kv.rank 1, ' in out and said in out, out
     assert 'ending the job: stopping 3 other process(es)' in out
@@ -152,9 +152,9 @@ def test_a_failing_worker_ends_the_whole_job(tmp_path, mode, said):
     assert_nothing_left(tag)
 
 
-def test_deadline_ends_a_job_that_does_not_finish(tmp_path):
+def test_deadline_ends_a_job_that_does_not_finish():
     # The worker's own --timeout (after the command) is the worker's, not the launcher's.
-    code, out, seconds, tag = launch(tmp_path, '--max-steps', '100000', '--epochs', '1000',
+    code, out, seconds, tag = launch('--max-steps', '100000', '--epochs', '1000',
                                      '--timeout', '300', timeout=6)
     assert code == 124, out
     assert 'deadline of 6 s passed; still running:' in out and 'worker (kv.rank' in out
@@ -162,7 +162,7 @@ def test_deadline_ends_a_job_that_does_not_finish(tmp_path):
     assert_nothing_left(tag)
 
 
-def test_loopback_only_and_processes_end_when_the_launcher_is_killed(tmp_path):
+def test_loopback_only_and_processes_end_when_the_launcher_is_killed():
     """Mid-run, every process listens on 127.0.0.1 only. Then SIGKILL, which the launcher
     cannot handle: each process's watchdog sees its launcher go."""
     tag = uuid.uuid4().hex
@@ -223,3 +223,11 @@ def test_worker_watchdog_ends_a_worker_waiting_for_a_scheduler_that_never_comes(
     assert out.returncode == 124, out.stderr
     assert 'worker (pid' in out.stderr and 'deadline of 3 s passed, exiting' in out.stderr
     assert time.monotonic() - start < 20
+
+
+def test_ssh_launcher_without_host_file_is_a_clear_error():
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST,
+                          '--timeout', '10', '-n', '1', 'true'],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert '--launcher ssh (the default is ssh) needs -H HOSTFILE' in out.stderr
