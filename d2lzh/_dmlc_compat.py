@@ -17,6 +17,11 @@ measured on Python 3.11 with the local launcher):
 replacing names inside ``dmlc_tracker``'s own modules; the standard library
 and every other package are left alone. The launch itself is still done by
 ``dmlc_tracker``'s code.
+
+With it, :mod:`d2lzh.mxnet_launch` ran a local job (1 scheduler, 1 server, 2
+workers) under Python 3.10, 3.11, 3.12 and 3.13, the last without a single
+DeprecationWarning (the launcher itself does not import MXNet, so it runs on
+3.13 even though MXNet 1.9.1 does not).
 """
 import importlib
 import threading
