@@ -162,11 +162,12 @@ def test_deadline_ends_a_job_that_does_not_finish():
     assert_nothing_left(tag)
 
 
-def test_loopback_only_and_processes_end_when_the_launcher_is_killed():
+def test_loopback_only_and_processes_end_when_the_launcher_is_killed(tmp_path):
     """Mid-run, every process listens on 127.0.0.1 only. Then SIGKILL, which the launcher
     cannot handle: each process's watchdog sees its launcher go."""
     tag = uuid.uuid4().hex
-    env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1')
+    # A launcher killed with SIGKILL cannot remove its temporary folder: keep it in tmp_path.
+    env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1', TMPDIR=str(tmp_path))
     cmd = [sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST, '--timeout', '60',
            '-n', '2', '-s', '1', '--launcher', 'local', sys.executable, '-m', 'd2lzh.mxnet_dist',
            '--max-steps', '100000', '--epochs', '1000', '--max-examples', '1024']
