@@ -23,7 +23,7 @@ TORCH_NOTEBOOKS = sorted((ROOT / 'notebooks' / 'pytorch').glob('*.ipynb'))
 NOTEBOOKS = MXNET_NOTEBOOKS + TORCH_NOTEBOOKS
 IDS = [f'{p.parent.name}/{p.stem}' for p in NOTEBOOKS]
 EXPECTED = ['01_use-gpu', '02_hybridize', '03_async-computation', '04_auto-parallelism',
-            '05_multiple-gpus', '06_multiple-gpus-gluon']
+            '05_multiple-gpus', '06_multiple-gpus-gluon', '07_distributed-training']
 EXPECTED_TORCH = ['01_use-gpu', '02_hybridize', '03_async-computation',
                   '04_auto-parallelism', '05_multiple-gpus', '06_multiple-gpus-concise',
                   '07_modern-gpu-training', '08_distributed-training']

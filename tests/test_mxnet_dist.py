@@ -1,0 +1,234 @@
+"""MXNet's parameter server (ps-lite, kvstore='dist_sync') started by MXNet's own
+launcher through d2lzh.mxnet_launch: results, faults, deadline, no process left.
+
+Every job runs on 127.0.0.1 only, under the launcher's --timeout and under a
+subprocess timeout here; each test checks with psutil that no process of its
+job is left.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import psutil
+import pytest
+
+from d2lzh import _dmlc_compat
+from d2lzh import mxnet_dist
+from d2lzh.mxnet_launch import describe_exit
+
+HOST = '127.0.0.1'
+STEPS = 4
+BATCH = 32
+
+
+def job_processes(tag):
+    """Every process of one test's job: the launcher and everything it started
+    (scheduler, servers, workers: all have DMLC_ROLE) inherit the test's tag.
+    Tagging keeps other sessions' MXNet jobs on the same machine out of it."""
+    found = []
+    for proc in psutil.process_iter(['pid']):
+        try:
+            env = proc.environ()
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if env.get('D2LZH_TEST_TAG') == tag:
+            found.append(proc)
+    return found
+
+
+def launch(*worker_args, workers=2, servers=1, timeout=60, extra_env=None):
+    """Run the documented command; returns (returncode, stderr+stdout, seconds, tag)."""
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1', **(extra_env or {}))
+    cmd = [sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST, '--timeout', str(timeout),
+           '-n', str(workers), '-s', str(servers), '--launcher', 'local',
+           sys.executable, '-m', 'd2lzh.mxnet_dist', '--batch-size', str(BATCH),
+           '--max-steps', str(STEPS), '--max-examples', '1024', *worker_args]
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout + 30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f'the launcher outlived its own deadline:\n{out}')
+    finally:
+        for p in job_processes(tag):  # leave nothing behind even when a test fails
+            p.kill()
+    return proc.returncode, out, time.monotonic() - start, tag
+
+
+def assert_nothing_left(tag):
+    """No process of the job runs: none of this test's children, and nothing anywhere with
+    DMLC_ROLE (or the launcher) carrying this test's tag."""
+    time.sleep(0.2)
+    children = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if any('d2lzh.mxnet' in part for part in p.cmdline()):
+                children.append(p)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            pass
+    assert not children, f'children left behind: {[p.cmdline() for p in children]}'
+    left = job_processes(tag)
+    assert not left, f'processes left behind: {[p.cmdline() for p in left]}'
+
+
+def test_patch_fixes_threads_and_address():
+    tracker = _dmlc_compat.patch_dmlc_tracker(HOST)
+    assert tracker.get_host_ip('auto') == HOST
+    thread = tracker.Thread(target=lambda: None)
+    thread.setDaemon(True)
+    thread.start()
+    thread.join()
+    assert thread.daemon and not thread.isAlive()
+    tracker = _dmlc_compat.patch_dmlc_tracker(None)  # back to dmlc's own guess
+    assert tracker.get_host_ip('10.1.2.3') == '10.1.2.3'
+
+
+def test_describe_exit():
+    assert describe_exit(-9) == 'killed by SIGKILL'
+    assert describe_exit(1) == 'exit code 1'
+    assert describe_exit(137) == 'exit code 137 (= 128 + SIGKILL)'
+
+
+def test_batch_indices_shard_the_global_batch():
+    parts = [mxnet_dist.batch_indices(100, 8, 3, r, epoch=1, seed=0) for r in range(3)]
+    whole = mxnet_dist.batch_indices(100, 8, 3, None, epoch=1, seed=0)
+    assert len(whole) == 100 // 24
+    for t, batch in enumerate(whole):
+        np.testing.assert_array_equal(np.concatenate([p[t] for p in parts]), batch)
+    with pytest.raises(ValueError, match='fewer than one global batch'):
+        mxnet_dist.batch_indices(10, 8, 3, 0, epoch=0, seed=0)
+
+
+def test_launcher_requires_host_and_timeout():
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet_launch', '-n', '1',
+                          '--launcher', 'local', 'true'],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert '--host' in out.stderr and '--timeout' in out.stderr
+
+
+def test_two_workers_equal_one_process_on_the_combined_batch(tmp_path):
+    # An exported PORT would make ps-lite bind every process to one port: the launcher drops it.
+    code, out, seconds, tag = launch('--out', str(tmp_path), extra_env={'PORT': '9'})
+    assert code == 0, out
+    assert 'ignoring PORT=9' in out
+    assert 'all 4 processes (1 scheduler, 1 server, 2 worker) finished' in out
+    assert_nothing_left(tag)
+    w0 = mxnet_dist.load_result(tmp_path, 'worker-0')
+    w1 = mxnet_dist.load_result(tmp_path, 'worker-1')
+    assert (w0['steps'], w0['global_batch'], w0['num_workers']) == (STEPS, 2 * BATCH, 2)
+    assert w0['losses'] != w1['losses']  # different shards
+    for a, b in zip(w0['params'], w1['params']):
+        np.testing.assert_array_equal(a, b)  # the workers hold the same parameters
+    single = mxnet_dist.train(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=STEPS,
+                              max_examples=1024)
+    init = mxnet_dist.train(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=0,
+                            max_examples=1024)
+    for a, b, c in zip(w0['params'], single['params'], init['params']):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+        assert np.abs(a - c).max() > 1e-4 or a.ndim == 1  # training changed the weights
+
+
+@pytest.mark.parametrize('mode, said', [('raise', 'RuntimeError: injected fault'),
+                                        ('kill', 'killed by SIGKILL')])
+def test_a_failing_worker_ends_the_whole_job(mode, said):
+    deadline = 60
+    code, out, seconds, tag = launch('--fault', f'{mode}:1:2', timeout=deadline)
+    assert code == 1, out
+    assert f'worker (kv.rank 1, ' in out and said in out, out
+    assert 'ending the job: stopping 3 other process(es)' in out
+    if mode == 'raise':
+        assert 'Traceback' in out  # the worker's own traceback
+    assert seconds < 30, f'the job took {seconds:.1f} s to end'
+    assert_nothing_left(tag)
+
+
+def test_deadline_ends_a_job_that_does_not_finish():
+    # The worker's own --timeout (after the command) is the worker's, not the launcher's.
+    code, out, seconds, tag = launch('--max-steps', '100000', '--epochs', '1000',
+                                     '--timeout', '300', timeout=6)
+    assert code == 124, out
+    assert 'deadline of 6 s passed; still running:' in out and 'worker (kv.rank' in out
+    assert seconds < 6 + 15
+    assert_nothing_left(tag)
+
+
+def test_loopback_only_and_processes_end_when_the_launcher_is_killed(tmp_path):
+    """Mid-run, every process listens on 127.0.0.1 only. Then SIGKILL, which the launcher
+    cannot handle: each process's watchdog sees its launcher go."""
+    tag = uuid.uuid4().hex
+    # A launcher killed with SIGKILL cannot remove its temporary folder: keep it in tmp_path.
+    env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1', TMPDIR=str(tmp_path))
+    cmd = [sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST, '--timeout', '60',
+           '-n', '2', '-s', '1', '--launcher', 'local', sys.executable, '-m', 'd2lzh.mxnet_dist',
+           '--max-steps', '100000', '--epochs', '1000', '--max-examples', '1024']
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        end = time.monotonic() + 30
+        while len(job_processes(tag)) < 5 and time.monotonic() < end:  # launcher + 4
+            time.sleep(0.2)
+        assert len(job_processes(tag)) == 5, 'the job did not start'
+        # Every process of the job listens on the address given with --host, and only there.
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            listening = {p.pid: [c.laddr.ip for c in p.net_connections('inet')
+                                 if c.status == psutil.CONN_LISTEN]
+                         for p in job_processes(tag) if 'DMLC_ROLE' in p.environ()}
+            if len(listening) == 4 and all(listening.values()):
+                break
+            time.sleep(0.2)
+        assert len(listening) == 4 and all(listening.values()), listening
+        assert {ip for ips in listening.values() for ip in ips} == {HOST}, listening
+        proc.kill()
+        proc.wait(timeout=10)
+        end = time.monotonic() + 10
+        while job_processes(tag) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert_nothing_left(tag)
+    finally:
+        for p in job_processes(tag):
+            p.kill()
+
+
+def test_processes_of_remote_launchers_are_named():
+    from d2lzh.mxnet_launch import _role_of
+    ssh = ("ssh -o StrictHostKeyChecking=no 10.0.0.11 -p 22 'export DMLC_ROLE=server; "
+           "export DMLC_NODE_HOST=10.0.0.11; cd /job; python -m d2lzh.mxnet_dist'")
+    assert _role_of(ssh, {}) == ('server', 'via ssh on 10.0.0.11')
+    mpi = 'mpirun -n 2  -x DMLC_ROLE=worker -x DMLC_NUM_WORKER=2 --hostfile hosts python x.py'
+    assert _role_of(mpi, {}) == ('worker', 'mpirun')
+    assert _role_of('rsync -az a b:c', {}) == (None, None)
+    assert _role_of('python x.py', {'DMLC_ROLE': 'scheduler'}) == ('scheduler', None)
+
+
+def test_worker_watchdog_ends_a_worker_waiting_for_a_scheduler_that_never_comes():
+    """Without any launcher: ps-lite would wait forever; the worker's own --timeout ends it."""
+    with socket.socket() as s:  # a port on which nobody listens
+        s.bind((HOST, 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, DMLC_ROLE='worker', DMLC_PS_ROOT_URI=HOST, DMLC_PS_ROOT_PORT=str(port),
+               DMLC_NODE_HOST=HOST, DMLC_NUM_SERVER='1', DMLC_NUM_WORKER='1', OMP_NUM_THREADS='1')
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet_dist', '--timeout', '3'], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 124, out.stderr
+    assert 'worker (pid' in out.stderr and 'deadline of 3 s passed, exiting' in out.stderr
+    assert time.monotonic() - start < 20
+
+
+def test_ssh_launcher_without_host_file_is_a_clear_error():
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST,
+                          '--timeout', '10', '-n', '1', 'true'],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert '--launcher ssh (the default is ssh) needs -H HOSTFILE' in out.stderr
