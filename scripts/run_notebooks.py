@@ -343,8 +343,8 @@ def _machine_notes(edition, rows):
         sizes = ', '.join(str(s) for s in subsets)
         notes.append(
             f'Figures tagged "subset" come from training on the first {sizes} of the '
-            f'{TRAIN_SIZE} training images (and as many test images), chosen so that a CPU '
-            'finishes in minutes: their accuracies come after a few updates and are near chance '
+            f'{TRAIN_SIZE} training images (and as many test images; the CPU default, so that '
+            'a run finishes in minutes, or `D2LZH_MAX_EXAMPLES`): their accuracies come after a few updates and are near chance '
             '(0.1 for 10 classes), so they say nothing about the model, and their epoch times '
             'are for the subset. The book\'s figures need a GPU or `D2LZH_MAX_EXAMPLES=all`.')
     return notes

@@ -257,3 +257,22 @@ def test_make_stops_at_bad_notebooks_or_edition_first(tmp_path):
                  if ln.strip() and 'Entering directory' not in ln and 'Leaving directory' not in ln]
         assert len(lines) == 1 and expected in lines[0], lines
     assert not (tmp_path / 'venv').exists() and not (tmp_path / 'build').exists()
+
+
+def test_nbval_names_the_failing_cell_as_jupyter_does(tmp_path):
+    """tests/conftest.py makes nbval's report name the cell as make run does."""
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell('x = 1', execution_count=1),
+        nbformat.v4.new_code_cell('# NBVAL_CHECK_OUTPUT\nprint(x + 1)', execution_count=2,
+                                  outputs=[nbformat.v4.new_output('stream', name='stdout',
+                                                                  text='3\n')])])
+    nb.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3',
+                                 'language': 'python'}
+    nbformat.write(nb, tmp_path / 'mismatch.ipynb')
+    out = subprocess.run(
+        [sys.executable, '-m', 'pytest', '--nbval', '--nbval-current-env', '-p', 'no:cacheprovider',
+         'tests/test_packaging.py::test_unknown_attribute', str(tmp_path / 'mismatch.ipynb')],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert 'mismatch.ipynb: cell [2] "print(x + 1)" failed (nbval\'s Cell 1)' in out.stdout, \
+        out.stdout
