@@ -163,8 +163,16 @@ def _mathjax_source():
     spec = importlib.util.find_spec('jupyter_server_mathjax')
     if spec is None or not spec.submodule_search_locations:
         return None
-    static = Path(list(spec.submodule_search_locations)[0]) / 'static'
+    static = Path(next(iter(spec.submodule_search_locations))) / 'static'
     return static if (static / 'MathJax.js').is_file() else None
+
+
+def _link_or_copy(src, dst):
+    """Hard-link ``src`` to ``dst`` (no extra disk), or copy it where links fail."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def ensure_mathjax(folder):
@@ -183,7 +191,7 @@ def ensure_mathjax(folder):
     target = folder / 'mathjax'
     if not (target / 'MathJax.js').is_file():
         # Everything but the SVG output (HTML-CSS is the renderer configured).
-        shutil.copytree(source, target, dirs_exist_ok=True,
+        shutil.copytree(source, target, dirs_exist_ok=True, copy_function=_link_or_copy,
                         ignore=lambda d, names: ['SVG'] if Path(d).name == 'output' else [])
     return f'mathjax/MathJax.js?config={MATHJAX_CONFIG}'
 
@@ -354,9 +362,9 @@ def summary_markdown(rows_by_edition):
     """The summary: per edition, a table of notebook, status, wall time, when
     it finished and its figures, then what this machine can and cannot show."""
     lines = ['# make run: summary', '',
-             'Figures measured by the executed notebooks in this folder, one section per '
-             'edition. Where an executed notebook\'s prose quotes numbers, it may quote the '
-             'stored reference run; the numbers of *this* run are its outputs and this table.']
+             ('Figures measured by the executed notebooks in this folder, one section per '
+              'edition. Where an executed notebook\'s prose quotes numbers, it may quote the '
+              'stored reference run; the numbers of *this* run are its outputs and this table.')]
     for edition in sorted(rows_by_edition, key=lambda e: list(EDITIONS).index(e)
                           if e in EDITIONS else len(EDITIONS)):
         rows = rows_by_edition[edition]

@@ -73,7 +73,7 @@ def tidy(text):
         starts_block = bool(BLOCK_START.match(line)) or (kind is None and line.startswith('    '))
         if kind == 'para' and not starts_block:
             prev = out[-1]
-            hard_break = prev.endswith('  ') or prev.endswith('\\')
+            hard_break = prev.endswith(('  ', '\\'))
             nxt = line.lstrip()
             cjk_both = ENDS_CJK.search(prev) and STARTS_CJK.match(nxt)
             if not hard_break and (cjk_both or ENDS_PUNCT.search(prev) or STARTS_PUNCT.match(nxt)):

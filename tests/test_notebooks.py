@@ -245,8 +245,8 @@ def test_make_stops_at_bad_notebooks_or_edition_first(tmp_path):
     for args, expected in [
             (['EDITION=nope'], 'EDITION=nope is not valid: use EDITION=mxnet'),
             (['NOTEBOOKS=notebooks/nope.ipynb'],
-             'NOTEBOOKS: notebooks/nope.ipynb is not a notebook of this project; valid: '
-             'notebooks/01_use-gpu.ipynb'),
+             ('NOTEBOOKS: notebooks/nope.ipynb is not a notebook of this project; valid: '
+              'notebooks/01_use-gpu.ipynb')),
             (['EDITION=mxnet', 'NOTEBOOKS=notebooks/pytorch/01_use-gpu.ipynb'],
              'is in the PyTorch edition but EDITION=mxnet')]:
         out = subprocess.run(['make', '-C', str(ROOT), 'run', 'VENV=' + str(tmp_path / 'venv'),
