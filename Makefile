@@ -128,7 +128,8 @@ lab: venv
 	cd notebooks && JUPYTER_PATH=$(abspath $(VENV))/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} \
 	  $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
-html: venv
+# Rendering needs no PyTorch, whatever EDITION says: only .venv's base packages.
+html: $(STAMP)
 	$(PY) scripts/run_notebooks.py --stored --build $(BUILD) $(NOTEBOOKS)
 
 clean:
