@@ -306,3 +306,23 @@ def test_named_folder_that_cannot_be_written_is_reported_before_downloading_else
     assert 'cannot be used: it does not exist' in messages[0]
     assert 'cannot be used: downloading into it failed' in messages[1]
     assert f'Downloading into {isolated["cache"]} instead' in messages[1]
+
+
+def test_figures_carry_the_subset_that_choose_max_examples_picked(tmp_path, monkeypatch, capsys):
+    """make run's summary labels figures trained on a CPU subset (d2lzh.results)."""
+    from d2lzh import results
+    monkeypatch.setattr(results, 'CONTEXT', {})
+    monkeypatch.delenv('D2LZH_MAX_EXAMPLES', raising=False)
+    out = tmp_path / 'figures.jsonl'
+    monkeypatch.setenv('D2LZH_RESULTS', str(out))
+    assert data.choose_max_examples(cpu_default=300, gpu_available=False) == 300
+    results.record('test_acc', 0.1)
+    assert data.choose_max_examples(cpu_default=300, gpu_available=True) is None
+    results.record('test_acc_full', 0.9, note='book settings')
+    figures = results.read_figures(out)
+    assert figures['test_acc']['subset'] == 300
+    assert figures['test_acc_full']['subset'] is None
+    assert figures['test_acc_full']['note'] == 'book settings'
+    assert results.read_results(out) == {'test_acc': (0.1, ''), 'test_acc_full': (0.9, '')}
+    with pytest.raises(ValueError, match='note must be a str'):
+        results.record('x', 1, note=3)
