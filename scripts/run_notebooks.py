@@ -237,8 +237,8 @@ def run_one(path, build, timeout):
 
     Returns:
         dict: ``notebook`` (the path given), ``edition``, ``name``, ``status``
-        (``'ok'`` or ``'FAILED'``), ``seconds``, ``finished`` (UTC, ISO
-        8601), ``cpu_cores``, ``figures`` (see ``d2lzh.results.read_figures``)
+        (``'ok'`` or ``'FAILED'``), ``seconds``, ``finished`` (UTC,
+        ``YYYY-MM-DD HH:MM``), ``cpu_cores``, ``figures`` (see ``d2lzh.results.read_figures``)
         and ``error`` (one line, empty when ok). Also written to
         ``results/NAME.json``.
     """
@@ -279,6 +279,7 @@ def run_one(path, build, timeout):
         del os.environ['D2LZH_RESULTS']
     seconds = time.perf_counter() - start
     nbformat.write(work, out_dir / f'{name}.ipynb')
+    (out_dir / f'{name}.html').unlink(missing_ok=True)  # never leave an earlier run's page
     try:
         render_html(work, out_dir / f'{name}.html')
     except Exception as err:  # the run's result counts more than its rendering
@@ -372,9 +373,13 @@ def summary_markdown(rows_by_edition):
                   '| notebook | status | wall time | finished (UTC) | key figures |',
                   '|---|---|---|---|---|']
         for r in rows:
-            figures = []
-            for key, fig in r['figures'].items():
-                tags = figure_tags(key, fig)
+            tagged = [(key, fig, figure_tags(key, fig)) for key, fig in r['figures'].items()]
+            # a tag every figure of the notebook has is said once, before them
+            common = [t for t in (tagged[0][2] if tagged else [])
+                      if len(tagged) > 1 and all(t in tags for _, _, tags in tagged)]
+            figures = [f"[all: {'; '.join(common)}]"] if common else []
+            for key, fig, tags in tagged:
+                tags = [t for t in tags if t not in common]
                 figures.append(f"{key} = {_fmt(fig['value'], fig['unit'])}"
                                + (f" [{'; '.join(tags)}]" if tags else ''))
             lines.append(f"| {r['name']} | {r['status']} | {r['seconds']:.0f} s | "

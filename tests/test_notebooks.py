@@ -184,9 +184,9 @@ def test_runner_keeps_both_editions_and_never_overwrites(tmp_path):
     summary = (run / 'summary.md').read_text()
     assert summary.index('## MXNet edition') < summary.index('## PyTorch edition')
     assert re.search(r'\| 01_same \| ok \| \d+ s \| [\d-]+ [\d:]+ \| speed = 2\.5x \|', summary)
-    assert 'test_acc_2dev = 0.11 [subset: 256 of 60000 images; ' \
-        'accuracy after a few updates: means nothing]' in summary, summary
-    assert 'epoch_time_1dev = 3 s [subset: 256 of 60000 images; mean of 2 epochs]' in summary
+    assert '| [all: subset: 256 of 60000 images]; ' \
+        'test_acc_2dev = 0.11 [accuracy after a few updates: means nothing]; ' \
+        'epoch_time_1dev = 3 s [mean of 2 epochs] |' in summary, summary
     assert 'come from training on the first 256 of the 60000 training images' in summary
     # HTML: the notebook's first heading as title, MathJax next to the page, no CDN
     page = (run / 'pytorch' / '01_same.html').read_text()
