@@ -1,5 +1,4 @@
 """scripts/tidy_markdown.py: no stray spaces inside Chinese paragraphs."""
-import subprocess
 import sys
 from pathlib import Path
 
@@ -44,25 +43,24 @@ def test_tidy(before, after):
     assert tidy_markdown.tidy(after) == after, 'running it twice changes nothing'
 
 
-def test_script_changes_only_markdown_and_is_idempotent(tmp_path):
+def test_script_changes_only_markdown_and_is_idempotent(tmp_path, capsys):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell('# 标题\n\n第一行\n第二行'),
         nbformat.v4.new_code_cell('# 代码里的\n# 注释不动', execution_count=1),
         nbformat.v4.new_markdown_cell('English\nlines stay')])
     path = tmp_path / 'x.ipynb'
     nbformat.write(nb, path)
-    script = [sys.executable, str(ROOT / 'scripts' / 'tidy_markdown.py')]
-    check = subprocess.run(script + ['--check', str(path)], capture_output=True, text=True,
-                           timeout=60)
-    assert check.returncode == 1 and 'would join lines in markdown cell(s) 0' in check.stdout
+    assert tidy_markdown.main(['--check', str(path)]) == 1
+    assert 'would join lines in markdown cell(s) 0' in capsys.readouterr().out
     assert nbformat.read(path, as_version=4) == nb, '--check writes nothing'
-    assert subprocess.run(script + [str(path)], timeout=60).returncode == 0
+    assert tidy_markdown.main([str(path)]) == 0
     tidy = nbformat.read(path, as_version=4)
     assert tidy.cells[0].source == '# 标题\n\n第一行第二行'
     assert [c.source for c in tidy.cells[1:]] == [c.source for c in nb.cells[1:]]
-    again = subprocess.run(script + ['--check', str(path)], capture_output=True, text=True,
-                           timeout=60)
-    assert again.returncode == 0 and again.stdout == ''
+    capsys.readouterr()
+    assert tidy_markdown.main(['--check', str(path)]) == 0
+    assert capsys.readouterr().out == ''
+    assert tidy_markdown.main([str(tmp_path / 'nope.ipynb')]) == 2
 
 
 @pytest.mark.parametrize('path', NOTEBOOKS, ids=[f'{p.parent.name}/{p.stem}' for p in NOTEBOOKS])
