@@ -142,6 +142,10 @@ def _write_nb(path, sources, title=None):
     nbformat.write(nb, path)
 
 
+PNG_1X1 = ('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAA'
+           'AABJRU5ErkJggg==')
+
+
 def _runner(args, cwd):
     return subprocess.run([sys.executable, str(ROOT / 'scripts' / 'run_notebooks.py'), *args],
                           capture_output=True, text=True, timeout=300, cwd=cwd)
@@ -202,12 +206,18 @@ def test_runner_keeps_both_editions_and_never_overwrites(tmp_path):
     summary = (run / 'summary.md').read_text()
     assert 'speed = 2.5x' in summary and 'test_acc_2dev' in summary
     assert (run / 'mxnet' / '01_same.html').read_bytes() == mx_page
-    # make html renders the stored notebooks elsewhere
+    # make html renders the stored notebooks elsewhere; a stored chart gets an alt text
+    nb = nbformat.read(mx_nb, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("chart = dict(title='Speed per device')", outputs=[
+        nbformat.v4.new_output('display_data', data={
+            'image/png': PNG_1X1, 'text/plain': '<Figure size 640x480 with 1 Axes>'})]))
+    nbformat.write(nb, mx_nb)
     out = _runner(['--stored', '--build', 'build', 'notebooks/01_same.ipynb',
                    'notebooks/pytorch/01_same.ipynb'], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert '<title>MX title</title>' in (tmp_path / 'build' / 'stored' / 'mxnet' /
-                                         '01_same.html').read_text()
+    stored_page = (tmp_path / 'build' / 'stored' / 'mxnet' / '01_same.html').read_text()
+    assert '<title>MX title</title>' in stored_page
+    assert re.findall(r'<img alt="([^"]*)"', stored_page) == ['图（MX title）：Speed per device']
     assert (tmp_path / 'build' / 'stored' / 'pytorch' / '01_same.html').is_file()
     assert (run / 'mxnet' / '01_same.html').read_bytes() == mx_page
 
