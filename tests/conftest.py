@@ -70,21 +70,22 @@ def debian_dir():
 # nbval names a failing cell "Cell 3" (its index among the code cells); make run and
 # Jupyter name it by its execution count. Give nbval's report the same name as
 # make run: `cell [4] "first line of its source"` (scripts/run_notebooks.py:cell_label).
-def _cell_label(cell):
+def _cell_labeller():
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         '_run_notebooks', Path(__file__).resolve().parent.parent / 'scripts' / 'run_notebooks.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.cell_label(cell)
+    return module.cell_label
 
 
 def pytest_collection_modifyitems(items):
     nb_items = [i for i in items if type(i).__name__ == 'IPyNbCell' and hasattr(i, 'cell')]
     if not nb_items:
         return
+    cell_label = _cell_labeller()
     for item in nb_items:
-        label = _cell_label(item.cell)
+        label = cell_label(item.cell)
         item.reportinfo = (lambda item=item, text=f'{item.nodeid} = {label}':
                            (item.fspath, 0, text))
         original = item.repr_failure
