@@ -280,10 +280,10 @@ def find_fashion_mnist(root=None, download=True, progress=True):
             return folder
         if why in _USER_NAMED:
             rest = ', '.join(f'{d} ({w})' for d, w in searched[i + 1:])
-            _warn_skipped(folder, why, reason,
-                          f'Looking next in: {rest}; if none has the data, it is downloaded, '
-                          'into this folder first'
-                          if download else f'Looking next in: {rest}')
+            then = (f'; if none has the data, it is downloaded into {searched[0][0]}'
+                    + ('' if root is not None else ' (or the next writable place)')
+                    if download else '')
+            _warn_skipped(folder, why, reason, f'Looking next in: {rest}{then}')
     failure = 'downloading was not allowed (download=False)'
     if download:
         targets = [(d, why) for d, why in searched
