@@ -16,18 +16,35 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(MXNET_PACKAGE)
 BUILD ?= build
 # Which notebooks: mxnet (notebooks/*.ipynb, the default), pytorch
-# (notebooks/pytorch/*.ipynb; installs PyTorch into .venv) or all.
-EDITION ?= mxnet
+# (notebooks/pytorch/*.ipynb; installs PyTorch into .venv) or all. Given only
+# NOTEBOOKS, EDITION follows them. Bad values stop make here, before any work.
 MXNET_NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 PYTORCH_NOTEBOOKS := $(sort $(wildcard notebooks/pytorch/*.ipynb))
+ifeq ($(origin EDITION),undefined)
+ifneq ($(filter $(abspath $(PYTORCH_NOTEBOOKS)),$(abspath $(NOTEBOOKS))),)
+EDITION := $(if $(filter $(abspath $(MXNET_NOTEBOOKS)),$(abspath $(NOTEBOOKS))),all,pytorch)
+endif
+endif
+EDITION ?= mxnet
+ifneq ($(words $(EDITION)) $(filter $(EDITION),mxnet pytorch all),1 $(strip $(EDITION)))
+$(error EDITION=$(EDITION) is not valid: use EDITION=mxnet (notebooks/*.ipynb), EDITION=pytorch (notebooks/pytorch/*.ipynb) or EDITION=all)
+endif
 ifeq ($(EDITION),mxnet)
 NOTEBOOKS ?= $(MXNET_NOTEBOOKS)
 else ifeq ($(EDITION),pytorch)
 NOTEBOOKS ?= $(PYTORCH_NOTEBOOKS)
-else ifeq ($(EDITION),all)
-NOTEBOOKS ?= $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS)
 else
-$(error EDITION=$(EDITION) is not valid: use mxnet, pytorch or all)
+NOTEBOOKS ?= $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS)
+endif
+BAD_NOTEBOOKS := $(patsubst $(CURDIR)/%,%,$(filter-out $(abspath $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS)),$(abspath $(NOTEBOOKS))))
+ifneq ($(BAD_NOTEBOOKS),)
+$(error NOTEBOOKS: $(BAD_NOTEBOOKS) is not a notebook of this project; valid: $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS))
+endif
+ifeq ($(EDITION),mxnet)
+TORCH_NOTEBOOKS_GIVEN := $(patsubst $(CURDIR)/%,%,$(filter $(abspath $(PYTORCH_NOTEBOOKS)),$(abspath $(NOTEBOOKS))))
+ifneq ($(TORCH_NOTEBOOKS_GIVEN),)
+$(error NOTEBOOKS: $(TORCH_NOTEBOOKS_GIVEN) is in the PyTorch edition but EDITION=mxnet: use EDITION=pytorch or EDITION=all)
+endif
 endif
 # Subset used when the tests re-run the notebooks (first N training and N test images).
 TEST_MAX_EXAMPLES ?= 256
@@ -37,10 +54,12 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 help:
 	@echo "EDITION=mxnet (default) | pytorch | all  selects the notebooks of run, test, html"
-	@echo "make run    execute every notebook on real Fashion-MNIST; results in $(BUILD)/"
+	@echo "NOTEBOOKS=notebooks/02_hybridize.ipynb ...  only these notebooks"
+	@echo "make run    execute the notebooks on real Fashion-MNIST: $(BUILD)/run/<edition>/,"
+	@echo "            summary of every run in $(BUILD)/run/summary.md"
 	@echo "make test   unit tests of d2lzh + nbval on every notebook"
-	@echo "make lab    JupyterLab on notebooks/ with the project's kernel"
-	@echo "make html   render the stored notebooks to $(BUILD)/html without running them"
+	@echo "make lab    JupyterLab on notebooks/ with .venv's python3 kernel"
+	@echo "make html   render the stored notebooks, not run, to $(BUILD)/stored/<edition>/"
 	@echo "make data   find, install or download Fashion-MNIST and verify it"
 	@echo "make venv   create/update .venv from requirements.txt"
 	@echo "make clean  remove $(BUILD)/;  make distclean  also remove .venv"
@@ -105,14 +124,18 @@ test: data
 	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  -p no:cacheprovider tests $(NOTEBOOKS)
 
+# The notebooks declare the kernel `python3`: register .venv's Python under that
+# name inside .venv (nothing in ~/.local) and put it first on JUPYTER_PATH, so a
+# python3 kernel registered elsewhere cannot shadow it.
 lab: venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-lab.txt
-	$(PY) -m ipykernel install --user --name d2lzh-perf --display-name "Python (d2lzh-perf)"
-	cd notebooks && $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ipykernel)"
+	cd notebooks && JUPYTER_PATH=$(abspath $(VENV))/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} \
+	  $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
-html: venv
-	@mkdir -p $(BUILD)/html
-	$(PY) -m jupyter nbconvert --to html --output-dir $(BUILD)/html $(NOTEBOOKS)
+# Rendering needs no PyTorch, whatever EDITION says: only .venv's base packages.
+html: $(STAMP)
+	$(PY) scripts/run_notebooks.py --stored --build $(BUILD) $(NOTEBOOKS)
 
 clean:
 	rm -rf $(BUILD)

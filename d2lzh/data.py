@@ -26,15 +26,17 @@ import os
 import struct
 import tempfile
 import urllib.request
+import warnings
 from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
 
 from .checks import check_positive_int  # noqa: F401  (re-exported)
+from .results import note_data_subset
 
-__all__ = ['FashionMNISTNotFoundError', 'CorruptDataError', 'FILES', 'TRAIN_SIZE',
-           'TEST_SIZE', 'TEXT_LABELS', 'SYSTEM_DIR', 'DEFAULT_URL', 'candidate_dirs',
+__all__ = ['FashionMNISTNotFoundError', 'CorruptDataError', 'DataDirWarning', 'FILES',
+           'TRAIN_SIZE', 'TEST_SIZE', 'TEXT_LABELS', 'SYSTEM_DIR', 'DEFAULT_URL', 'candidate_dirs',
            'find_fashion_mnist', 'download_fashion_mnist', 'read_idx',
            'load_fashion_mnist', 'parse_max_examples', 'max_examples_from_env', 'choose_max_examples',
            'get_fashion_mnist_labels']
@@ -84,6 +86,10 @@ class FashionMNISTNotFoundError(FileNotFoundError):
 
 class CorruptDataError(ValueError):
     """A data file exists but its content is not the expected one."""
+
+
+class DataDirWarning(UserWarning):
+    """A folder the user named (``root=`` or ``$D2LZH_DATA_DIR``) cannot be used."""
 
 
 def _mxnet_cache_dir():
@@ -215,6 +221,31 @@ def _complete(folder):
     return all(_file_in(folder, spec) is not None for spec in FILES.values())
 
 
+#: Where a folder comes from, for the folders the user named.
+_USER_NAMED = ('the root argument', '$D2LZH_DATA_DIR')
+
+
+def _why_unusable(folder):
+    """Why ``folder`` cannot provide the data (one phrase), or None if it can."""
+    if not folder.exists():
+        return 'it does not exist'
+    if not folder.is_dir():
+        return 'it is not a folder'
+    if not os.access(folder, os.R_OK | os.X_OK):
+        return 'it cannot be read (permissions)'
+    missing = [spec.name + '.gz' for spec in FILES.values() if _file_in(folder, spec) is None]
+    if missing:
+        return (f'{len(missing)} of the {len(FILES)} files are missing: '
+                + ', '.join(missing) + ' (or the same names without .gz)')
+    return None
+
+
+def _warn_skipped(folder, why, reason, later):
+    """Warn that a folder the user named is skipped, before anything else is tried."""
+    named = f'D2LZH_DATA_DIR={folder}' if why == '$D2LZH_DATA_DIR' else f'root={folder}'
+    warnings.warn(f'{named} cannot be used: {reason}. {later}', DataDirWarning, stacklevel=3)
+
+
 def find_fashion_mnist(root=None, download=True, progress=True):
     """Return the folder that holds all four Fashion-MNIST files.
 
@@ -232,24 +263,41 @@ def find_fashion_mnist(root=None, download=True, progress=True):
     Returns:
         pathlib.Path: the folder.
 
+    Warns:
+        DataDirWarning: a folder the user named (``root`` or
+            ``$D2LZH_DATA_DIR``) lacks files, does not exist or cannot be
+            read, or downloading into it failed; the warning gives the reason
+            and where the search goes next, before the next place is tried.
+
     Raises:
         FashionMNISTNotFoundError: no folder has the data and the download
             was not allowed or failed; the message lists every folder searched
             and the ways to provide the data.
     """
     searched = candidate_dirs(root)
-    for folder, _ in searched:
-        if folder.is_dir() and _complete(folder):
+    for i, (folder, why) in enumerate(searched):
+        reason = _why_unusable(folder)
+        if reason is None:
             return folder
+        if why in _USER_NAMED:
+            rest = ', '.join(f'{d} ({w})' for d, w in searched[i + 1:])
+            then = (f'; if none has the data, it is downloaded into {searched[0][0]}'
+                    + ('' if root is not None else ' (or the next writable place)')
+                    if download else '')
+            _warn_skipped(folder, why, reason, f'Looking next in: {rest}{then}')
     failure = 'downloading was not allowed (download=False)'
     if download:
-        targets = [d for d, why in searched if why != "Debian's package dataset-fashion-mnist"]
+        targets = [(d, why) for d, why in searched
+                   if why != "Debian's package dataset-fashion-mnist"]
         errors = []
-        for target in targets[:1] if root is not None else targets:
+        for i, (target, why) in enumerate(targets[:1] if root is not None else targets):
             try:
                 return download_fashion_mnist(target, progress=progress)
             except (OSError, http.client.HTTPException, CorruptDataError) as err:
                 errors.append(f'{target}: {err}')
+                if why in _USER_NAMED and i + 1 < len(targets) and root is None:
+                    _warn_skipped(target, why, f'downloading into it failed ({err})',
+                                  f'Downloading into {targets[i + 1][0]} instead')
         failure = 'the download failed: ' + '; '.join(errors)
     places = '\n'.join(f'  * {folder} ({why})' for folder, why in searched)
     raise FashionMNISTNotFoundError(
@@ -398,6 +446,8 @@ def choose_max_examples(cpu_default, gpu_available):
         n = parse_max_examples(cpu_default, 'cpu_default')
         why = ('没有可用的GPU：为了在CPU上几分钟内跑完，只用数据的一个子集'
                '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2核CPU上会慢得多）')
+    # make run's summary labels the figures recorded from now on with this choice
+    note_data_subset(None if n is None else min(n, TRAIN_SIZE), gpu_available)
     if n is None:
         print(f'{why}：使用全部 {TRAIN_SIZE} 张训练图像和 {TEST_SIZE} 张测试图像。')
     else:

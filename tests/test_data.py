@@ -4,6 +4,7 @@ import http.server
 import os
 import shutil
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -92,7 +93,8 @@ def test_incomplete_folder_is_skipped(isolated, tiny_dataset, tmp_path):
     (partial / 't10k-labels-idx1-ubyte.gz').unlink()
     for f in tiny_dataset[0].iterdir():
         shutil.copy(f, isolated['system'])
-    assert data.find_fashion_mnist(partial) == isolated['system']
+    with pytest.warns(data.DataDirWarning, match='1 of the 4 files are missing'):
+        assert data.find_fashion_mnist(partial) == isolated['system']
 
 
 def test_decompressed_files_are_accepted(isolated, tiny_dataset, tmp_path):
@@ -107,8 +109,11 @@ def test_decompressed_files_are_accepted(isolated, tiny_dataset, tmp_path):
 
 def test_no_data_no_network_lists_every_place(isolated, tmp_path, monkeypatch):
     monkeypatch.setenv('D2LZH_DATA_DIR', str(tmp_path / 'from-env'))
-    with pytest.raises(data.FashionMNISTNotFoundError) as info:
+    with pytest.raises(data.FashionMNISTNotFoundError) as info, \
+            pytest.warns(data.DataDirWarning, match='cannot be used: it does not exist') as caught:
         data.load_fashion_mnist(tmp_path / 'given-root')
+    assert [str(w.message).split(' cannot')[0] for w in caught] == [
+        f'root={tmp_path / "given-root"}', f'D2LZH_DATA_DIR={tmp_path / "from-env"}']
     message = str(info.value)
     for place in (tmp_path / 'given-root', tmp_path / 'from-env', isolated['cache'],
                   isolated['system']):
@@ -259,3 +264,65 @@ def test_real_data_from_debian_package(debian_dir, isolated, monkeypatch):
     # read-only use: nothing was written there, and no download was needed
     assert {p.name: p.stat().st_mtime for p in debian_dir.iterdir()} == listing
     assert not isolated['cache'].exists()
+
+
+# ----------------------------------------------- a folder the user named but cannot be used
+
+def test_named_folder_that_cannot_be_used_is_reported_before_the_fallback(
+        isolated, tiny_dataset, tmp_path, monkeypatch):
+    for f in tiny_dataset[0].iterdir():
+        shutil.copy(f, isolated['system'])
+    partial = _copy(tiny_dataset[0], tmp_path / 'partial')
+    (partial / 't10k-labels-idx1-ubyte.gz').unlink()
+    monkeypatch.setenv('D2LZH_DATA_DIR', str(partial))
+    with pytest.warns(data.DataDirWarning) as caught:
+        assert data.find_fashion_mnist() == isolated['system']
+    message = str(caught[0].message)
+    assert message.startswith(f'D2LZH_DATA_DIR={partial} cannot be used: 1 of the 4 files are '
+                              'missing: t10k-labels-idx1-ubyte.gz'), message
+    assert str(isolated['system']) in message.split('Looking next in:')[1]
+    # the warning comes first: raised as an error, it stops the search before the fallback
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', data.DataDirWarning)
+        with pytest.raises(data.DataDirWarning):
+            data.find_fashion_mnist()
+    monkeypatch.delenv('D2LZH_DATA_DIR')
+    with pytest.warns(data.DataDirWarning, match=r'root=\S*nope cannot be used: it does not exist'):
+        assert data.find_fashion_mnist(tmp_path / 'nope') == isolated['system']
+
+
+def test_named_folder_that_cannot_be_written_is_reported_before_downloading_elsewhere(
+        isolated, tiny_dataset, tmp_path, monkeypatch):
+    (tmp_path / 'a-file').write_text('')
+    monkeypatch.setenv('D2LZH_DATA_DIR', str(tmp_path / 'a-file' / 'data'))
+    server = _Server(tiny_dataset[0])
+    monkeypatch.setenv('D2LZH_DATA_URL', server.url)
+    try:
+        with pytest.warns(data.DataDirWarning) as caught:
+            assert data.find_fashion_mnist(progress=False) == isolated['cache']
+    finally:
+        server.close()
+    messages = [str(w.message) for w in caught]
+    assert 'cannot be used: it does not exist' in messages[0]
+    assert 'cannot be used: downloading into it failed' in messages[1]
+    assert f'Downloading into {isolated["cache"]} instead' in messages[1]
+
+
+def test_figures_carry_the_subset_that_choose_max_examples_picked(tmp_path, monkeypatch, capsys):
+    """make run's summary labels figures trained on a CPU subset (d2lzh.results)."""
+    from d2lzh import results
+    monkeypatch.setattr(results, 'CONTEXT', {})
+    monkeypatch.delenv('D2LZH_MAX_EXAMPLES', raising=False)
+    out = tmp_path / 'figures.jsonl'
+    monkeypatch.setenv('D2LZH_RESULTS', str(out))
+    assert data.choose_max_examples(cpu_default=300, gpu_available=False) == 300
+    results.record('test_acc', 0.1)
+    assert data.choose_max_examples(cpu_default=300, gpu_available=True) is None
+    results.record('test_acc_full', 0.9, note='book settings')
+    figures = results.read_figures(out)
+    assert figures['test_acc']['subset'] == 300
+    assert figures['test_acc_full']['subset'] is None
+    assert figures['test_acc_full']['note'] == 'book settings'
+    assert results.read_results(out) == {'test_acc': (0.1, ''), 'test_acc_full': (0.9, '')}
+    with pytest.raises(ValueError, match='note must be a str'):
+        results.record('x', 1, note=3)
