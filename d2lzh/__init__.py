@@ -27,7 +27,7 @@ _LAZY = {
     # name -> module that defines it
     **{name: 'd2lzh.mxnet' for name in (
         'mx', 'nd', 'gluon', 'autograd', 'nn', 'gpu_name', 'try_gpu', 'try_all_gpus',
-        'try_devices', 'Residual', 'resnet18', 'split_and_load', 'allreduce',
+        'try_devices', 'describe_devices', 'Residual', 'resnet18', 'split_and_load', 'allreduce',
         'get_params', 'sgd', 'evaluate_accuracy', 'FashionMNISTIter',
         'load_data_fashion_mnist', 'choose_max_examples', 'setup_report')},
     **{name: 'd2lzh.plot' for name in ('set_figsize', 'bar_chart')},

@@ -25,7 +25,7 @@ from mxnet import autograd, gluon, nd  # noqa: E402
 from mxnet.gluon import nn  # noqa: E402
 
 __all__ = ['mx', 'nd', 'gluon', 'autograd', 'nn', 'gpu_name', 'try_gpu', 'try_all_gpus',
-           'try_devices', 'Residual', 'resnet18', 'split_and_load', 'allreduce',
+           'try_devices', 'describe_devices', 'Residual', 'resnet18', 'split_and_load', 'allreduce',
            'get_params', 'sgd', 'evaluate_accuracy', 'FashionMNISTIter',
            'load_data_fashion_mnist', 'choose_max_examples', 'setup_report']
 
@@ -130,6 +130,32 @@ def try_devices(num):
     _checks.check_num_devices(num)
     gpus = _checks.choose_gpus(num, _working_gpus(), lambda i: f'gpu({i}) {gpu_name(i)}')
     return [mx.gpu(i) for i in gpus] if gpus else [mx.cpu(i) for i in range(num)]
+
+
+def describe_devices(devices, num):
+    """Say in one sentence (Chinese) what code written for ``num`` devices
+    really runs on (beyond the book; used by the notebooks of 8.3-8.5).
+
+    Args:
+        devices (list of mxnet.Context): what ``try_devices(num)`` returned.
+        num (int): how many devices the code asked for.
+
+    Returns:
+        str: names the devices and says whether they are real GPUs, CPU
+        contexts standing in for GPUs (same cores, no speed-up), or fewer
+        devices than asked for (so the ``num``-device run is not one).
+    """
+    names = ', '.join(str(d) for d in devices)
+    if len(devices) < num:
+        return (f'要 {num} 个设备，这台机器上只有 {len(devices)} 个可用（{names}）：'
+                f'下面按 {num} 个设备写的代码实际只在这 {len(devices)} 个设备上运行，'
+                f'它的结果不是真正的 {num} 设备结果。')
+    if all(d.device_type == 'gpu' for d in devices):
+        return f'在 {num} 块GPU上运行：{names}。'
+    if num == 1:
+        return f'没有可用的GPU：在 CPU 上下文 {names} 上运行。'
+    return (f'没有 {num} 块可用的GPU：{num} 个设备是 CPU 上下文（{names}），'
+            f'它们共用同一组 CPU 核心和内存，代码路径与多GPU相同，但不会因此变快。')
 
 
 # ----------------------------------------------------------------- models (5.11, 8.5)
