@@ -44,12 +44,13 @@ endif
 TEST_MAX_EXAMPLES ?= 256
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv data run test lab html clean distclean
+.PHONY: help venv data run test cloud-test lab html clean distclean
 
 help:
 	@echo "EDITION=mxnet (default) | pytorch | all  selects the notebooks of run, test, html"
 	@echo "make run    execute every notebook on real Fashion-MNIST; results in $(BUILD)/"
 	@echo "make test   unit tests of d2lzh + nbval on every notebook"
+	@echo "make cloud-test  open notebooks as on Colab: fresh numpy-2 venv, setup cell installs"
 	@echo "make lab    JupyterLab on notebooks/ with the project's kernel"
 	@echo "make html   render the stored notebooks to $(BUILD)/html without running them"
 	@echo "make data   find, install or download Fashion-MNIST and verify it"
@@ -114,6 +115,12 @@ test: data
 	D2LZH_MAX_EXAMPLES=$${D2LZH_MAX_EXAMPLES:-$(TEST_MAX_EXAMPLES)} $(PY) -m pytest \
 	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  -p no:cacheprovider tests $(NOTEBOOKS)
+
+# A simulated cloud notebook runtime (fresh venv: numpy 2, Jupyter kernel, matplotlib, CPU
+# torch; no d2lzh, no MXNet) opens one notebook of each edition alone, through its setup cell.
+CLOUD_PYTHON ?= $(PYTHON)
+cloud-test: data
+	$(PYTHON) scripts/cloud_runtime.py --python $(CLOUD_PYTHON) --build $(BUILD)/cloud
 
 lab: venv
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-lab.txt

@@ -194,36 +194,36 @@ def choose_mxnet(gpus, notebook=None):
         return Plan(cpu if forced == 'mxnet' else cu112, forced == 'mxnet-cu112',
                     f'D2LZH_MXNET_PACKAGE={forced} asks for it', None)
     if isinstance(gpus, GPUQueryError):
-        return Plan(cpu, False, 'nvidia-smi is present but the NVIDIA driver does not answer',
+        return Plan(cpu, False, 'the CPU build, as the NVIDIA driver does not answer',
                     f'This runtime has an NVIDIA GPU tool but no working driver ({gpus}). '
                     'MXNet runs on the CPU. To use the GPU, restart the runtime with a GPU '
                     '(Colab: Runtime > Change runtime type; Kaggle: Settings > Accelerator) '
                     'or install the driver, then run the notebook again from the top.')
     if not gpus:
-        return Plan(cpu, False, 'no NVIDIA GPU found (no nvidia-smi)', None)
+        return Plan(cpu, False, 'no NVIDIA GPU here (no nvidia-smi), so the CPU build', None)
     usable = [g for g in gpus if g.compute_capability
               and CUDA11_MIN_CC <= g.compute_capability <= CUDA11_MAX_CC]
     if usable:
         g = usable[0]
         cc = '%d.%d' % g.compute_capability
         return Plan(cu112, True,
-                    f'found {g.name} (compute capability {cc}), which mxnet-cu112 supports '
-                    '(5.0-8.9); it needs the CUDA 11 libraries, installed alongside', None)
+                    f'the GPU build for {g.name} (compute capability {cc}; mxnet-cu112 runs on '
+                    '5.0-8.9)', None)
     g = gpus[0]
     if g.compute_capability is None:
-        return Plan(cpu, False, f'the compute capability of {g.name} is unknown',
+        return Plan(cpu, False, f'the CPU build, as the compute capability of {g.name} is unknown',
                     f'Could not read the compute capability of GPU "{g.name}" from '
                     'nvidia-smi, so the CPU build of MXNet is installed. If it is a Maxwell to '
                     'Ada GPU (compute capability 5.0-8.9), set D2LZH_MXNET_PACKAGE=mxnet-cu112, '
                     'restart the kernel and run the notebook again.')
     cc = '%d.%d' % g.compute_capability
     if g.compute_capability > CUDA11_MAX_CC:
-        return Plan(cpu, False, f'{g.name} (compute capability {cc}) is newer than MXNet',
+        return Plan(cpu, False, f'the CPU build, as MXNet cannot run on {g.name} (compute capability {cc})',
                     f'{g.name} (compute capability {cc}) cannot run MXNet: mxnet-cu112 1.9.1, '
                     'the last GPU build, has code for compute capability 5.0-8.6 only and none '
                     'for Hopper or newer. MXNet runs on the CPU here; the PyTorch edition of '
                     f'this section uses the GPU: {pytorch_notebook_url(notebook)}')
-    return Plan(cpu, False, f'{g.name} (compute capability {cc}) is too old for mxnet-cu112',
+    return Plan(cpu, False, f'the CPU build, as {g.name} (compute capability {cc}) is too old for mxnet-cu112',
                 f'{g.name} (compute capability {cc}) is older than mxnet-cu112 supports (5.0 '
                 'and newer). MXNet runs on the CPU here.')
 
@@ -340,9 +340,12 @@ def ensure_mxnet(notebook=None):
         raise SetupError(f'MXNet ({have}) is already imported in this kernel but this machine '
                          f'needs {wanted}: restart the kernel and run the notebook again.')
     why = plan.reason if have is None else f'{have} is installed, but {plan.reason}'
-    print(f'd2lzh: installing {plan.package} ({why}); MXNet declares numpy<2, so it is '
-          'installed without its dependencies and d2lzh makes it work with the numpy that is '
-          'here ...', flush=True)
+    note = ''
+    numpy_version = _distribution_version('numpy') or ''
+    if not numpy_version.startswith('1.'):
+        note = (f' (with --no-deps: its metadata asks for numpy<2, which would replace this '
+                f'runtime\'s numpy {numpy_version}; d2lzh makes MXNet work with numpy 2)')
+    print(f'd2lzh: installing {plan.package}: {why}{note} ...', flush=True)
     start = time.perf_counter()
     if have is not None:
         run_pip(['uninstall', '--yes', have], f'the other MXNet build ({have})')

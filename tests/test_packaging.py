@@ -24,8 +24,11 @@ def test_import_d2lzh_does_not_import_mxnet():
     assert out.stdout.split()[-2:] == ['False', 'True']
 
 
+@pytest.mark.skipif(int(__import__('numpy').__version__.split('.')[0]) >= 2,
+                    reason='numpy 2 has np.bool again (as np.bool_); the numpy-2 names are '
+                           'checked by test_mxnet_under_numpy_2_names')
 def test_mxnet_imports_after_d2lzh_without_np_bool():
-    """numpy >= 1.24 has no np.bool; simulate that and check the shim."""
+    """numpy 1.24-1.26 have no np.bool; simulate that and check the shim."""
     code = '''
 import numpy
 original = numpy.__getattr__
@@ -46,6 +49,20 @@ print(mxnet.nd.array([1, 0], dtype='bool').asnumpy().tolist())
     out = _run(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == '[True, False]'
+
+
+def test_mxnet_under_numpy_2_names():
+    """With whichever numpy is installed (CI runs this in the numpy-1 and numpy-2 venvs),
+    MXNet's numpy front end, which re-exports the removed names, works after import d2lzh."""
+    out = _run('import d2lzh, numpy\n'
+               'import mxnet as mx\n'
+               'from mxnet import np as mnp, npx\n'
+               'print(numpy.__version__.split(".")[0], mx.numpy.utils.PZERO,\n'
+               '      mx.numpy.fallback.alltrue([True, True]), mnp.array([1, 2]).sum())\n')
+    assert out.returncode == 0, out.stderr
+    major, pzero, alltrue, total = out.stdout.split()
+    assert major == __import__('numpy').__version__.split('.')[0]
+    assert (pzero, alltrue, total) == ('0.0', 'True', '3.0')
 
 
 def test_restore_numpy_names_fills_what_numpy_2_removed():
