@@ -218,12 +218,15 @@ def choose_mxnet(gpus, notebook=None):
                     'restart the kernel and run the notebook again.')
     cc = '%d.%d' % g.compute_capability
     if g.compute_capability > CUDA11_MAX_CC:
-        return Plan(cpu, False, f'the CPU build, as MXNet cannot run on {g.name} (compute capability {cc})',
+        return Plan(cpu, False,
+                    f'the CPU build, as MXNet cannot run on {g.name} (compute capability {cc})',
                     f'{g.name} (compute capability {cc}) cannot run MXNet: mxnet-cu112 1.9.1, '
-                    'the last GPU build, has code for compute capability 5.0-8.6 only and none '
-                    'for Hopper or newer. MXNet runs on the CPU here; the PyTorch edition of '
-                    f'this section uses the GPU: {pytorch_notebook_url(notebook)}')
-    return Plan(cpu, False, f'the CPU build, as {g.name} (compute capability {cc}) is too old for mxnet-cu112',
+                    'the last GPU build, has GPU code up to compute capability 8.6 (it runs on '
+                    '5.0-8.9) and none for Hopper or newer. MXNet runs on the CPU here; the '
+                    'PyTorch edition of this section uses the GPU: '
+                    f'{pytorch_notebook_url(notebook)}')
+    return Plan(cpu, False,
+                f'the CPU build, as {g.name} (compute capability {cc}) is too old for mxnet-cu112',
                 f'{g.name} (compute capability {cc}) is older than mxnet-cu112 supports (5.0 '
                 'and newer). MXNet runs on the CPU here.')
 

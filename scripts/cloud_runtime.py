@@ -30,9 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_NOTEBOOKS = ['notebooks/05_multiple-gpus.ipynb', 'notebooks/pytorch/03_async-computation.ipynb']
+DEFAULT_NOTEBOOKS = ['notebooks/05_multiple-gpus.ipynb',
+                     'notebooks/pytorch/03_async-computation.ipynb']
 
-CHECK_CELL = '''# appended by scripts/cloud_runtime.py: the runtime's numpy and torch are still there
+CHECK_CELL = '''# appended by scripts/cloud_runtime.py: the runtime's numpy and torch are kept
 import importlib.metadata, numpy, sys
 print('numpy', numpy.__version__, '| d2lzh', importlib.metadata.version('d2lzh'),
       '| frameworks:', [m for m in ('mxnet', 'torch') if m in sys.modules])
@@ -79,8 +80,9 @@ def main(argv=None):
     parser.add_argument('--max-examples', default='64')
     parser.add_argument('--timeout', type=int, default=600, help='seconds per cell')
     parser.add_argument('--reuse-venv', action='store_true',
-                        help='keep the runtime venv of a previous run, only removing what the '
-                             'setup cell installed (d2lzh, mxnet, requests): quicker, for development')
+                        help='keep the runtime venv of a previous run, only removing what '
+                             'the setup cell installed (d2lzh, mxnet, requests): quicker, '
+                             'for development')
     args = parser.parse_args(argv)
 
     build = Path(args.build).resolve()

@@ -223,7 +223,8 @@ def test_hook_runs_for_notebook_code_only(tmp_path):
         assert inst.enabled()
         import probe_lib                      # a library probing for mxnet: no install
         print(calls)
-        del sys.modules['mxnet']; [sys.modules.pop(m) for m in list(sys.modules) if m.startswith('mxnet.')]
+        for m in [m for m in sys.modules if m == 'mxnet' or m.startswith('mxnet.')]:
+            del sys.modules[m]
         try:
             import mxnet
         except inst.SetupError as err:
