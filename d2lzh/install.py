@@ -462,3 +462,41 @@ def enabled():
 def disable():
     """Remove the hook that :func:`enable` installed. Returns None."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _OnDemandInstaller)]
+
+
+def main(argv=None):
+    """``python -m d2lzh.install [plan|mxnet|torch|cuda11]``: print the MXNet build this
+    machine gets and why (``plan``, the default), or install it (``mxnet``), PyTorch
+    (``torch``) or only the CUDA 11 libraries into :func:`d2lzh._cuda11.target_dir`
+    (``cuda11``). Exit status 1 with the one-line reason when something fails."""
+    import argparse
+    parser = argparse.ArgumentParser(prog='python -m d2lzh.install',
+                                     description=main.__doc__.split('\n')[0])
+    parser.add_argument('what', nargs='?', default='plan',
+                        choices=('plan', 'mxnet', 'torch', 'cuda11'))
+    args = parser.parse_args(argv)
+    try:
+        if args.what == 'plan':
+            try:
+                gpus = query_gpus()
+            except GPUQueryError as err:
+                gpus = err
+            plan = choose_mxnet(gpus)
+            print(f'{plan.package}: {plan.reason}'
+                  + (f' (+ CUDA 11 libraries into {_cuda11.target_dir()})' if plan.cuda11 else ''))
+            if plan.warning:
+                print(plan.warning)
+        elif args.what == 'mxnet':
+            ensure_mxnet()
+        elif args.what == 'torch':
+            ensure_torch()
+        else:
+            print(install_cuda11())
+    except SetupError as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -287,3 +287,15 @@ def test_setup_cell_without_network_says_what_to_do(bare_venv, tmp_path, monkeyp
     assert out.stderr.startswith(f'pip could not install d2lzh from {ROOT}: ERROR')
     assert len(out.stderr.strip().splitlines()) == 2
     assert not _has_d2lzh(bare_venv)
+
+
+def test_command_line_prints_the_plan(tmp_path, monkeypatch, capsys):
+    fake_nvidia_smi(tmp_path, monkeypatch, stdout='Tesla T4, 7.5\n')
+    monkeypatch.setenv('D2LZH_CUDA11_DIR', str(tmp_path / 'cuda11'))
+    assert install.main(['plan']) == 0
+    out = capsys.readouterr().out
+    assert out.startswith('mxnet-cu112==1.9.1: the GPU build for Tesla T4')
+    assert str(tmp_path / 'cuda11') in out
+    monkeypatch.setenv('D2LZH_MXNET_PACKAGE', 'mxnet-cu999')
+    assert install.main(['plan']) == 1
+    assert "'mxnet-cu999' is not valid" in capsys.readouterr().err
