@@ -299,3 +299,14 @@ def test_command_line_prints_the_plan(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv('D2LZH_MXNET_PACKAGE', 'mxnet-cu999')
     assert install.main(['plan']) == 1
     assert "'mxnet-cu999' is not valid" in capsys.readouterr().err
+
+
+def test_no_driver_keeps_the_cpu_build_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    fake_nvidia_smi(tmp_path, monkeypatch, rc=9,
+                    stdout="NVIDIA-SMI has failed because it couldn't communicate with the "
+                           "NVIDIA driver.\n")
+    monkeypatch.setattr(install, 'run_pip', lambda *a, **k: pytest.fail('pip was called'))
+    plan = install.ensure_mxnet()                # .venv has the CPU build: nothing to install
+    assert plan.package == 'mxnet==1.9.1'
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith('d2lzh: This runtime has an NVIDIA GPU tool')
