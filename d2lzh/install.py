@@ -310,6 +310,13 @@ def install_cuda11(target=None):
     return target
 
 
+def _ensure_requests():
+    """MXNet imports requests at import time; --no-deps did not bring it."""
+    if importlib.util.find_spec('requests') is None:
+        run_pip(['install', 'requests>=2.20,<3'], 'requests (needed by MXNet)')
+        importlib.invalidate_caches()
+
+
 def ensure_mxnet(notebook=None):
     """Make sure the MXNet build that fits this machine is installed (see the module doc).
 
@@ -338,6 +345,7 @@ def ensure_mxnet(notebook=None):
             install_cuda11()
             print(f'd2lzh: CUDA 11 libraries installed in {time.perf_counter() - start:.0f} s')
     if have == wanted:
+        _ensure_requests()
         return plan
     if 'mxnet' in sys.modules:
         raise SetupError(f'MXNet ({have}) is already imported in this kernel but this machine '
@@ -353,8 +361,7 @@ def ensure_mxnet(notebook=None):
     if have is not None:
         run_pip(['uninstall', '--yes', have], f'the other MXNet build ({have})')
     run_pip(['install', '--no-deps', plan.package], plan.package)
-    if importlib.util.find_spec('requests') is None:  # MXNet imports it at import time
-        run_pip(['install', 'requests>=2.20,<3'], 'requests (needed by MXNet)')
+    _ensure_requests()
     importlib.invalidate_caches()
     print(f'd2lzh: {plan.package} installed in {time.perf_counter() - start:.0f} s')
     return plan
