@@ -54,11 +54,15 @@ MIN_TORCH = (2, 4)
 # mxnet-cu112 1.9.1 has GPU code for sm_50, 60, 70, 80 and 86 and no PTX.
 CUDA11_MIN_CC = (5, 0)
 CUDA11_MAX_CC = (8, 9)
-# The PyTorch notebook of each section (by the section number of the file name).
-PYTORCH_NOTEBOOKS = {
-    '01': '01_use-gpu.ipynb', '02': '02_hybridize.ipynb', '03': '03_async-computation.ipynb',
-    '04': '04_auto-parallelism.ipynb', '05': '05_multiple-gpus.ipynb',
-    '06': '06_multiple-gpus-concise.ipynb',
+# The PyTorch notebook of the same section as each MXNet notebook (file names).
+PYTORCH_TWINS = {
+    '01_use-gpu.ipynb': '01_use-gpu.ipynb',
+    '02_hybridize.ipynb': '02_hybridize.ipynb',
+    '03_async-computation.ipynb': '03_async-computation.ipynb',
+    '04_auto-parallelism.ipynb': '04_auto-parallelism.ipynb',
+    '05_multiple-gpus.ipynb': '05_multiple-gpus.ipynb',
+    '06_multiple-gpus-gluon.ipynb': '06_multiple-gpus-concise.ipynb',
+    '07_distributed-training.ipynb': '08_distributed-training.ipynb',
 }
 
 GPU = namedtuple('GPU', 'name compute_capability')
@@ -148,16 +152,17 @@ def _repository():
 
 
 def pytorch_notebook_url(notebook=None):
-    """Colab link of the PyTorch notebook of the same section as ``notebook`` (a file name
-    such as ``05_multiple-gpus.ipynb``), or of the PyTorch notebooks' folder on GitHub when
-    the section is not known."""
-    if _repository() is None:
+    """Colab link of the PyTorch notebook of the same section as the MXNet notebook
+    ``notebook`` (a file name such as ``05_multiple-gpus.ipynb``), or of the PyTorch
+    notebooks' folder on GitHub when the notebook is not known."""
+    repository = _repository()
+    if repository is None:
         return "the project's notebooks/pytorch/ folder"
-    owner, repo, branch = _repository()
-    section = re.match(r'(\d\d)_', Path(notebook).name) if notebook else None
-    if section and section.group(1) in PYTORCH_NOTEBOOKS:
+    owner, repo, branch = repository
+    twin = PYTORCH_TWINS.get(Path(notebook).name) if notebook else None
+    if twin:
         return (f'https://colab.research.google.com/github/{owner}/{repo}/blob/{branch}/'
-                f'notebooks/pytorch/{PYTORCH_NOTEBOOKS[section.group(1)]}')
+                f'notebooks/pytorch/{twin}')
     return f'https://github.com/{owner}/{repo}/tree/{branch}/notebooks/pytorch'
 
 

@@ -69,11 +69,12 @@ def test_hopper_and_newer_get_cpu_build_and_the_pytorch_notebook(tmp_path, monke
     assert plan.warning.endswith(f'/{owner}/{repo}/tree/{branch}/notebooks/pytorch')
 
 
-def test_pytorch_notebook_map_matches_the_files():
-    files = {p.name for p in (ROOT / 'notebooks' / 'pytorch').glob('*.ipynb')}
-    assert set(install.PYTORCH_NOTEBOOKS.values()) <= files
-    sections = {p.name[:2] for p in (ROOT / 'notebooks').glob('*.ipynb')}
-    assert sections <= set(install.PYTORCH_NOTEBOOKS)
+def test_every_mxnet_notebook_has_its_pytorch_twin():
+    mxnet = {p.name for p in (ROOT / 'notebooks').glob('*.ipynb')}
+    pytorch = {p.name for p in (ROOT / 'notebooks' / 'pytorch').glob('*.ipynb')}
+    assert mxnet <= set(install.PYTORCH_TWINS), 'add the new notebook to PYTORCH_TWINS'
+    for name in mxnet:
+        assert install.PYTORCH_TWINS[name] in pytorch
 
 
 def test_kepler_is_too_old(tmp_path, monkeypatch):
