@@ -1,0 +1,166 @@
+"""Simulate a cloud notebook runtime and open notebooks there as a new reader would.
+
+Usage: ``python scripts/cloud_runtime.py [--python python3.11] [NOTEBOOK ...]``
+(``make cloud-test``; CI runs it). Default notebooks: one of each edition.
+
+What it does, like Colab/Kaggle/SageMaker Studio Lab minus the GPU:
+
+1. a fresh venv (``build/cloud/venv``) with only what those runtimes preinstall and
+   matters here, pinned in ``requirements-cloud.txt``: numpy 2, a Jupyter kernel
+   (ipykernel, executed through nbclient), matplotlib and a CPU build of torch. No d2lzh,
+   no MXNet;
+2. each notebook copied alone into an empty folder and executed there top to bottom in that
+   venv's kernel, with ``D2LZH_SOURCE`` pointing at this checkout (the setup cell installs
+   d2lzh from it; the first ``import mxnet`` installs MXNet from the package index) and a
+   small ``D2LZH_MAX_EXAMPLES``;
+3. checks: every cell ran without error, the kernel still has the numpy 2 it started with
+   (a cell appended to the copy asserts it), and torch was not replaced.
+
+Prints the seconds each step took. Exit status 1 on any failure, naming the notebook and
+cell. Needs the package index (PyPI), as the cloud runtimes do; the data comes from
+``/usr/share/datasets/fashion-mnist`` or is downloaded.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_NOTEBOOKS = ['notebooks/05_multiple-gpus.ipynb',
+                     'notebooks/pytorch/03_async-computation.ipynb']
+
+CHECK_CELL = '''# appended by scripts/cloud_runtime.py: the runtime's numpy and torch are kept
+import importlib.metadata, numpy, sys
+print('numpy', numpy.__version__, '| d2lzh', importlib.metadata.version('d2lzh'),
+      '| frameworks:', [m for m in ('mxnet', 'torch') if m in sys.modules])
+assert numpy.__version__ == {numpy!r}, numpy.__version__
+assert importlib.metadata.version('torch') == {torch!r}
+'''
+
+EXECUTE = '''
+import sys, nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+path = sys.argv[1]
+nb = nbformat.read(path, as_version=4)
+client = NotebookClient(nb, timeout=int(sys.argv[2]), kernel_name='python3',
+                        resources={'metadata': {'path': sys.argv[3]}})
+try:
+    client.execute()
+    status = 0
+except CellExecutionError as err:
+    print(str(err)[-3000:], file=sys.stderr)
+    status = 1
+nbformat.write(nb, path)
+sys.exit(status)
+'''
+
+
+def _text(output):
+    text = output.get('text', '')
+    return ''.join(text) if isinstance(text, list) else text
+
+
+def run(cmd, **kwargs):
+    start = time.perf_counter()
+    out = subprocess.run(cmd, **kwargs)
+    return out, time.perf_counter() - start
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('notebooks', nargs='*', default=DEFAULT_NOTEBOOKS)
+    parser.add_argument('--python', default=sys.executable,
+                        help='interpreter of the simulated runtime (default: this one)')
+    parser.add_argument('--build', default=str(ROOT / 'build' / 'cloud'))
+    parser.add_argument('--max-examples', default='64')
+    parser.add_argument('--timeout', type=int, default=600, help='seconds per cell')
+    parser.add_argument('--reuse-venv', action='store_true',
+                        help='keep the runtime venv of a previous run, only removing what '
+                             'the setup cell installed (d2lzh, mxnet, requests): quicker, '
+                             'for development')
+    args = parser.parse_args(argv)
+
+    build = Path(args.build).resolve()
+    venv = build / 'venv'
+    py = venv / 'bin' / 'python'
+    if args.reuse_venv and py.exists():
+        subprocess.run([str(py), '-m', 'pip', 'uninstall', '--quiet', '--yes', 'd2lzh', 'mxnet',
+                        'mxnet-cu112', 'requests'], capture_output=True, timeout=300)
+        for path in build.iterdir():
+            if path != venv:
+                shutil.rmtree(path)
+        print('simulated runtime: reused (d2lzh, mxnet, requests removed)')
+    else:
+        shutil.rmtree(build, ignore_errors=True)
+        build.mkdir(parents=True)
+        _, t = run([args.python, '-m', 'venv', str(venv)], check=True, timeout=300)
+        out, t2 = run([str(py), '-m', 'pip', 'install', '--quiet', '--disable-pip-version-check',
+                       '-r', str(ROOT / 'requirements-cloud.txt')], timeout=1200)
+        if out.returncode != 0:
+            print('error: could not build the simulated runtime (pip failed above)')
+            return 1
+        print(f'simulated runtime: venv {t:.0f} s, preinstalled packages {t2:.0f} s')
+    versions = json.loads(subprocess.run(
+        [str(py), '-c', 'import json, numpy, torch, importlib.util as u; print(json.dumps('
+         '[numpy.__version__, torch.__version__, u.find_spec("d2lzh") is None, '
+         'u.find_spec("mxnet") is None]))'],
+        capture_output=True, text=True, check=True, cwd=build).stdout)
+    numpy_version, torch_version, no_d2lzh, no_mxnet = versions
+    assert numpy_version.startswith('2.') and no_d2lzh and no_mxnet, versions
+    print(f'  numpy {numpy_version}, torch {torch_version}, no d2lzh, no mxnet')
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('D2LZH_', 'PYTHON', 'VIRTUAL_ENV', 'JUPYTER', 'MPL'))}
+    env['PATH'] = os.pathsep.join([str(venv / 'bin')] + [
+        p for p in env.get('PATH', '').split(os.pathsep) if '.venv' not in p])
+    env.update(D2LZH_SOURCE=str(ROOT), D2LZH_MAX_EXAMPLES=args.max_examples,
+               JUPYTER_PLATFORM_DIRS='1', MPLBACKEND='agg')
+    failed = []
+    for rel in args.notebooks:
+        # every notebook opens in a fresh runtime: nothing that an earlier one installed
+        subprocess.run([str(py), '-m', 'pip', 'uninstall', '--quiet', '--yes', 'd2lzh', 'mxnet',
+                        'requests'], capture_output=True, timeout=300)
+        src = ROOT / rel
+        folder = build / src.parent.name / src.stem
+        folder.mkdir(parents=True)
+        copy = folder / src.name
+        nb = json.loads(src.read_text(encoding='utf-8'))
+        nb['cells'].append({'cell_type': 'code', 'execution_count': None, 'id': 'cloud-check',
+                            'metadata': {}, 'outputs': [], 'source': CHECK_CELL.format(
+                                numpy=numpy_version, torch=torch_version)})
+        copy.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding='utf-8')
+        out, t = run([str(py), '-c', EXECUTE, str(copy), str(args.timeout), str(folder)],
+                     env=env, cwd=folder, capture_output=True, text=True,
+                     timeout=args.timeout * 3)
+        executed = json.loads(copy.read_text(encoding='utf-8'))
+        setup_out = ''.join(_text(o) for o in executed['cells'][
+            next(i for i, c in enumerate(executed['cells']) if c['cell_type'] == 'code')
+        ].get('outputs', []))
+        print(f'{rel}: {"ok" if out.returncode == 0 else "FAILED"} in {t:.0f} s '
+              f'(alone in an empty folder)')
+        for line in setup_out.splitlines():
+            print(f'  setup cell: {line}')
+        later = [_text(o) for c in executed['cells'][1:] for o in c.get('outputs', [])
+                 if o.get('name') == 'stdout' and 'd2lzh:' in _text(o)]
+        for text in later:
+            for line in text.splitlines():
+                if line.startswith('d2lzh:'):
+                    print(f'  on first import: {line}')
+        check = ''.join(_text(o) for o in executed['cells'][-1].get('outputs', []))
+        print(f'  {check.strip()}')
+        if out.returncode != 0:
+            print(out.stderr[-3000:])
+            failed.append(rel)
+    if failed:
+        print('FAILED in the simulated cloud runtime:', ', '.join(failed))
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

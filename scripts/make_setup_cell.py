@@ -1,0 +1,181 @@
+"""Write the setup cell into every notebook and the cloud-notebook links into README.md.
+
+Usage: ``python scripts/make_setup_cell.py`` (rewrite), ``--check`` (exit 1 and name the
+files that are not up to date; change nothing).
+
+The repository URL is written once, in pyproject.toml's ``[project.urls] Source``
+(``https://github.com/OWNER/REPO/tree/BRANCH``). From it this script derives the URL the
+setup cell installs ``d2lzh`` from (GitHub's zip archive of the branch, so pip needs no git)
+and README's "Open in Colab / Kaggle / SageMaker Studio Lab" links. A fork changes that one
+line and runs this script.
+
+Every notebook (``notebooks/**/*.ipynb``) gets the same first code cell (see
+:func:`setup_cell_source`). A notebook whose first code cell is an older setup cell (it
+starts with the marker line) has it replaced; any other notebook gets the setup cell
+inserted before its first code cell, which thus becomes the second and keeps its own
+imports and outputs (e.g. ``d2l.setup_report()``). Running the script again changes nothing.
+"""
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKER = '# d2lzh setup cell'
+CELL_ID = 'd2lzh-setup'
+LINKS_START = '<!-- cloud-links: written by scripts/make_setup_cell.py -->'
+LINKS_END = '<!-- /cloud-links -->'
+
+
+def repository(root=ROOT):
+    """(owner, repo, branch) from pyproject.toml's ``[project.urls] Source``.
+
+    Raises:
+        SystemExit: the URL is missing or not ``https://github.com/OWNER/REPO/tree/BRANCH``.
+    """
+    text = (root / 'pyproject.toml').read_text(encoding='utf-8')
+    m = re.search(r'^Source\s*=\s*"https://github\.com/([\w.-]+)/([\w.-]+)/tree/([\w./-]+)"',
+                  text, re.M)
+    if not m:
+        raise SystemExit('pyproject.toml: [project.urls] needs a line '
+                         'Source = "https://github.com/OWNER/REPO/tree/BRANCH"')
+    return m.groups()
+
+
+def setup_cell_source(root=ROOT):
+    """The text of the setup cell (str), the same for every notebook of both editions."""
+    owner, repo, branch = repository(root)
+    archive = f'https://github.com/{owner}/{repo}/archive/refs/heads/{branch}.zip'
+    return f'''# NBVAL_IGNORE_OUTPUT
+{MARKER} (the same in every notebook; scripts/make_setup_cell.py writes it).
+# Where d2lzh is missing (this notebook opened alone on Colab, Kaggle, SageMaker Studio Lab or
+# any Jupyter), it installs d2lzh with pip; the notebook's first `import mxnet` or
+# `import torch` then installs the framework build that fits this machine, saying what and why.
+# Where d2lzh is installed (make run, make test, make lab), it only imports it.
+import importlib.util, os, subprocess, sys
+if importlib.util.find_spec('d2lzh') is None:
+    _source = os.environ.get('D2LZH_SOURCE') or '{archive}'
+    print(f'd2lzh is not installed here: installing it with pip from {{_source}}', flush=True)
+    _pip = subprocess.run([sys.executable, '-m', 'pip', 'install', '--quiet', _source],
+                          capture_output=True, text=True)
+    if _pip.returncode != 0:
+        _lines = [l.strip() for l in _pip.stderr.splitlines()]
+        _why = ([l for l in _lines if l.startswith('ERROR')]
+                or [l for l in _lines if l.startswith('error')] or ['pip failed'])
+        raise SystemExit(f'pip could not install d2lzh from {{_source}}: {{_why[0]}}\\n'
+                         'Fix D2LZH_SOURCE (a path, wheel or URL pip accepts) or the network, '
+                         'then run this cell again.')
+    importlib.invalidate_caches()
+import d2lzh.install
+d2lzh.install.enable()'''
+
+
+def notebooks(root=ROOT):
+    """Every notebook of both editions, sorted."""
+    return sorted(p for p in (root / 'notebooks').rglob('*.ipynb')
+                  if '.ipynb_checkpoints' not in p.parts)
+
+
+def _source_lines(text):
+    lines = text.split('\n')
+    return [line + '\n' for line in lines[:-1]] + [lines[-1]]
+
+
+def first_code_cell(nb):
+    """The first code cell of a notebook (dict), or None."""
+    return next((c for c in nb['cells'] if c['cell_type'] == 'code'), None)
+
+
+def update_notebook(path, source):
+    """Put the setup cell first; returns the new file text (equal to the old when current)."""
+    old_text = path.read_text(encoding='utf-8')
+    nb = json.loads(old_text)
+    cell = {'cell_type': 'code', 'execution_count': None, 'id': CELL_ID, 'metadata': {},
+            'outputs': [], 'source': _source_lines(source)}
+    first = first_code_cell(nb)
+    if first is not None and ''.join(first['source']) == source:
+        return old_text
+    if first is not None and MARKER in ''.join(first['source']):
+        cell['execution_count'] = first.get('execution_count')
+        cell['outputs'] = []        # an older setup cell: its outputs are not this one's
+        nb['cells'][nb['cells'].index(first)] = cell
+    else:
+        index = nb['cells'].index(first) if first is not None else len(nb['cells'])
+        nb['cells'].insert(index, cell)
+        _shift_execution_counts(nb, cell)
+    if (nb.get('nbformat'), nb.get('nbformat_minor', 0)) < (4, 5):
+        del cell['id']                                      # ids came with nbformat 4.5
+    ids = [c.get('id') for c in nb['cells'] if c is not cell]
+    if CELL_ID in ids:
+        raise SystemExit(f'{path}: another cell already has the id {CELL_ID!r}')
+    return json.dumps(nb, indent=1, ensure_ascii=False) + '\n'
+
+
+def _shift_execution_counts(nb, cell):
+    """Keep the stored run's numbering top-to-bottom: the setup cell, which prints nothing
+    where d2lzh is installed, becomes execution 1 and every later count moves up by one."""
+    counts = [c.get('execution_count') for c in nb['cells'] if c['cell_type'] == 'code'
+              and c is not cell]
+    if not counts or None in counts:
+        return
+    for c in nb['cells']:
+        if c['cell_type'] == 'code' and c is not cell:
+            c['execution_count'] += 1
+            for out in c.get('outputs', []):
+                if out.get('execution_count') is not None:
+                    out['execution_count'] += 1
+    cell['execution_count'] = min(counts)
+
+
+def links_table(root=ROOT):
+    """README's table of cloud links for every notebook (markdown, str)."""
+    owner, repo, branch = repository(root)
+    rows = ['| notebook | Colab | Kaggle | SageMaker Studio Lab |', '|---|---|---|---|']
+    for path in notebooks(root):
+        rel = path.relative_to(root).as_posix()
+        blob = f'github/{owner}/{repo}/blob/{branch}/{rel}'
+        label = rel.removeprefix('notebooks/').removesuffix('.ipynb')
+        rows.append(
+            f'| [`{label}`]({rel}) '
+            f'| [Open in Colab](https://colab.research.google.com/{blob}) '
+            f'| [Kaggle](https://kaggle.com/kernels/welcome?src=https://github.com/{owner}/{repo}'
+            f'/blob/{branch}/{rel}) '
+            f'| [SageMaker Studio Lab](https://studiolab.sagemaker.aws/import/{blob}) |')
+    return '\n'.join(rows)
+
+
+def update_readme(path):
+    """README with the links table between the markers; returns the new text."""
+    text = path.read_text(encoding='utf-8')
+    if LINKS_START not in text or LINKS_END not in text:
+        raise SystemExit(f'{path}: missing the lines {LINKS_START} and {LINKS_END}')
+    head, rest = text.split(LINKS_START, 1)
+    _, tail = rest.split(LINKS_END, 1)
+    return f'{head}{LINKS_START}\n{links_table(path.parent)}\n{LINKS_END}{tail}'
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--check', action='store_true',
+                        help='only report files that are not up to date (exit 1 if any)')
+    args = parser.parse_args(argv)
+    source = setup_cell_source()
+    stale = []
+    targets = [(p, update_notebook(p, source)) for p in notebooks()]
+    targets.append((ROOT / 'README.md', update_readme(ROOT / 'README.md')))
+    for path, new in targets:
+        if path.read_text(encoding='utf-8') != new:
+            stale.append(path.relative_to(ROOT).as_posix())
+            if not args.check:
+                path.write_text(new, encoding='utf-8')
+    if args.check and stale:
+        print('not up to date (run python scripts/make_setup_cell.py):', *stale, sep='\n  ')
+        return 1
+    if not args.check:
+        print(f'{len(stale)} file(s) updated' + (': ' + ', '.join(stale) if stale else ''))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
