@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .book import synchronize
-from .training import _amp_mode, _autocast, _capture_step, _lr_factor
+from .training import _amp_mode, _autocast, _capture_step, _eager_step, _lr_factor
 
 __all__ = ['FAST_RECIPE', 'FAST_BATCH_SIZE', 'FAST_EPOCHS', 'FAST_LR']
 
@@ -146,17 +146,8 @@ def train_to_accuracy(net, train_iter, test_iter, num_epochs, lr, device, *, amp
                 group['lr'] = value
 
     def eager_step(X, y):
-        with _autocast(device, mode, cache_enabled=False):
-            loss = loss_fn(model(X), y)
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is None:
-            loss.backward()
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        return loss
+        return _eager_step(model, loss_fn, optimizer, scaler, X, y, device, mode,
+                           cache_enabled=False)
 
     history = {'epoch_times': [], 'eval_times': [], 'test_acc': [], 'train_loss': [],
                'warmup_time': 0.0, 'reached': None, 'amp': mode or 'off', 'start_epoch': 0}

@@ -58,6 +58,23 @@ def _autocast(device, amp, cache_enabled=True):
     return torch.autocast(device_type='cuda', dtype=dtype, cache_enabled=cache_enabled)
 
 
+def _eager_step(model, loss_fn, optimizer, scaler, X, y, device, amp, cache_enabled=True):
+    """One eager training step (forward under autocast, backward, update, with the
+    GradScaler when ``scaler`` is not None); returns the loss tensor. Shared by
+    :func:`train`'s loop and :mod:`d2lzh.torch.fast`."""
+    with _autocast(device, amp, cache_enabled=cache_enabled):
+        loss = loss_fn(model(X), y)
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    return loss
+
+
 def _lr_factor(schedule, epoch, num_epochs):
     if schedule is None:
         return 1.0
@@ -299,16 +316,7 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
                         continue
                 graph.replay()
             else:
-                with _autocast(device, mode):
-                    loss = loss_fn(model(X), y)
-                optimizer.zero_grad(set_to_none=True)
-                if scaler is None:
-                    loss.backward()
-                    optimizer.step()
-                else:
-                    scaler.scale(loss).backward()
-                    scaler.step(optimizer)
-                    scaler.update()
+                loss = _eager_step(model, loss_fn, optimizer, scaler, X, y, device, mode)
             total_loss += loss.detach() * y.shape[0]
             examples += y.shape[0]
         _sync(device, distributed)
