@@ -11,7 +11,11 @@ measured on Python 3.11 with the local launcher):
 * in local mode it never passes the address it was given to the tracker, and
   the tracker replaces any ``127.x`` address by the address of the machine's
   first network interface (eth0): a job meant for the loopback interface
-  listens on the network instead.
+  listens on the network instead;
+* it looks for the scheduler's port by trying 9091, 9092, ... and releases the
+  port again before the scheduler process binds it: two jobs started at the
+  same time on one machine both pick 9091 and one scheduler fails with
+  ``bind failed`` (seen when two copies of notebook 07 ran at once).
 
 :func:`patch_dmlc_tracker` fixes these in the running process only, by
 replacing names inside ``dmlc_tracker``'s own modules; the standard library
@@ -24,6 +28,7 @@ DeprecationWarning (the launcher itself does not import MXNet, so it runs on
 3.13 even though MXNet 1.9.1 does not).
 """
 import importlib
+import random
 import threading
 
 # dmlc_tracker modules that start threads, and so name ``Thread``.
@@ -82,4 +87,16 @@ def patch_dmlc_tracker(host=None):
         return original(host_ip)
 
     tracker.get_host_ip = get_host_ip
+
+    ps_tracker = tracker.PSTracker
+    init = getattr(ps_tracker, '_d2lzh_original_init', ps_tracker.__init__)
+    ps_tracker._d2lzh_original_init = init
+
+    def ps_tracker_init(self, hostIP, cmd, port=9091, port_end=9999, envs=None):  # noqa: N803
+        # Same range as dmlc_tracker, but the search starts at a random port in its
+        # first half, so that jobs started together rarely try the same port.
+        start = random.randrange(port, port + max(1, (port_end - port) // 2))
+        init(self, hostIP, cmd, port=start, port_end=port_end, envs=envs)
+
+    ps_tracker.__init__ = ps_tracker_init
     return tracker

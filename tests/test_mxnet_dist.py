@@ -232,3 +232,14 @@ def test_ssh_launcher_without_host_file_is_a_clear_error():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert '--launcher ssh (the default is ssh) needs -H HOSTFILE' in out.stderr
+
+
+def test_two_jobs_started_together_both_finish():
+    # dmlc_tracker would give both schedulers port 9091 (it releases the port before the
+    # scheduler binds it); the patched search starts at a random port of the same range.
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: launch(timeout=90), range(2)))
+    for code, out, _, tag in results:
+        assert code == 0, out
+        assert_nothing_left(tag)
