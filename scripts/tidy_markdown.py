@@ -5,7 +5,8 @@ Chinese characters that space is a visible gap in JupyterLab and in the HTML
 pages. This script joins such lines: only inside ordinary paragraphs, only
 where both sides of the break are CJK characters, or one side is full-width
 punctuation (，。：“ ...), after or before which a space is never wanted.
-Headings, lists, block quotes, tables, HTML, code (fenced or indented),
+The continuation lines of a list item are joined the same way.
+Headings, block quotes, tables, HTML, code (fenced or indented),
 display math and hard line breaks (two trailing spaces or a backslash) are
 left as they are. Running it twice changes nothing the second
 time. Beyond the book.
@@ -38,6 +39,8 @@ FENCE = re.compile(r'^\s{0,3}(`{3,}|~{3,})')
 # HTML, display math, thematic break / setext underline.
 BLOCK_START = re.compile(r'^\s{0,3}(#{1,6}(\s|$)|[-*+]\s|\d{1,9}[.)]\s|>|\||<|\$\$|'
                          r'([-*_=]\s*){3,}$)')
+# A list item, also a nested (indented) one.
+LIST_ITEM = re.compile(r'^\s*([-*+]|\d{1,9}[.)])\s')
 
 
 def tidy(text):
@@ -70,8 +73,11 @@ def tidy(text):
             kind = None
             out.append(line)
             continue
-        starts_block = bool(BLOCK_START.match(line)) or (kind is None and line.startswith('    '))
-        if kind == 'para' and not starts_block:
+        # a list item; inside a paragraph only one that starts a block (indented 0-3)
+        is_item = bool(LIST_ITEM.match(line)) and (kind != 'para' or bool(BLOCK_START.match(line)))
+        starts_block = (bool(BLOCK_START.match(line)) or is_item
+                        or (kind is None and line.startswith('    ')))
+        if kind in ('para', 'item') and not starts_block:
             prev = out[-1]
             hard_break = prev.endswith(('  ', '\\'))
             nxt = line.lstrip()
@@ -81,7 +87,10 @@ def tidy(text):
                 continue
             out.append(line)
             continue
-        kind = 'other' if starts_block or kind == 'other' else 'para'
+        if is_item:
+            kind = 'item'
+        else:
+            kind = 'other' if starts_block or kind == 'other' else 'para'
         if HEADING.match(line):  # a heading is one line: a paragraph may follow directly
             kind = None
         out.append(line)

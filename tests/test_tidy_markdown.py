@@ -25,12 +25,15 @@ NOTEBOOKS = tidy_markdown.project_notebooks()
     # hard line breaks stay
     ('两个空格  \n换行', '两个空格  \n换行'),
     ('反斜杠\\\n换行', '反斜杠\\\n换行'),
-    # paragraphs, headings, lists, quotes, tables, code and math are left alone
+    # paragraphs, headings, quotes, tables, code and math are left alone
     ('段落一\n\n段落二', '段落一\n\n段落二'),
     ('# 标题\n正文', '# 标题\n正文'),
     ('## 标题\n正文第一行\n第二行', '## 标题\n正文第一行第二行'),
-    ('* 列表第一项\n  续行\n* 第二项', '* 列表第一项\n  续行\n* 第二项'),
-    ('1. 第一步\n   续行', '1. 第一步\n   续行'),
+    # a list item's continuation lines are joined like a paragraph; the items stay apart
+    ('* 列表第一项\n  续行\n* 第二项', '* 列表第一项续行\n* 第二项'),
+    ('1. 第一步\n   续行', '1. 第一步续行'),
+    ('- 外层，\n  续行\n  - 内层\n    续行', '- 外层，续行\n  - 内层续行'),
+    ('* item\n  continued', '* item\n  continued'),
     ('段落\n* 列表', '段落\n* 列表'),
     ('> 引用\n> 续行', '> 引用\n> 续行'),
     ('| 表 | 格 |\n|---|---|\n| 一 | 二 |', '| 表 | 格 |\n|---|---|\n| 一 | 二 |'),
