@@ -483,7 +483,8 @@ def main(argv=None):
     (``cuda11``). Exit status 1 with the one-line reason when something fails."""
     import argparse
     parser = argparse.ArgumentParser(prog='python -m d2lzh.install',
-                                     description=main.__doc__.split('\n')[0])
+                                     description='Print the MXNet build this machine gets and why (plan), or '
+                                     'install it (mxnet), PyTorch (torch) or the CUDA 11 libraries (cuda11).')
     parser.add_argument('what', nargs='?', default='plan',
                         choices=('plan', 'mxnet', 'torch', 'cuda11'))
     args = parser.parse_args(argv)

@@ -44,7 +44,7 @@ EDITIONS = {'mxnet': 'MXNet edition (notebooks/)',
             'pytorch': 'PyTorch edition (notebooks/pytorch/)'}
 # How the summary recognises kinds of figures by their key (see d2lzh/results.py).
 ACCURACY = re.compile(r'acc')
-TWO_DEVICES = re.compile(r'2dev|2v1|two_device|2workers|ddp|(^|_)dp_')
+TWO_DEVICES = re.compile(r'2dev|2v1|two_device|\d_?workers?|_sync_\d|_async_\d|ddp|(^|_)dp_')
 MATHJAX_CONFIG = 'TeX-AMS-MML_HTMLorMML-full,Safe'
 # A chart's title in a cell's source: title='...', set_title(f'...'), suptitle('...').
 CHART_TITLE = re.compile(r"""(?:\btitle\s*=|title\()\s*f?(['"])(.+?)\1""")
@@ -199,7 +199,8 @@ def ensure_mathjax(folder):
 def render_html(nb, dest):
     """Write ``nb`` as a self-contained HTML page ``dest`` that works offline.
 
-    The page is titled with the notebook's first heading, loads MathJax from
+    The page is titled with the notebook's first heading (with "（PyTorch）" added
+    for the PyTorch edition, whose sections share the MXNet titles), loads MathJax from
     ``mathjax/`` next to it (copied there from the pinned package), loads
     nothing from a CDN, and every image has an alt text. nbconvert's own
     warnings (e.g. about missing alt texts) are turned into errors, so none
@@ -221,9 +222,11 @@ def render_html(nb, dest):
 
     handler = _Collect()
     exporter.log.addHandler(handler)
+    title = notebook_title(nb, dest.stem)
+    if dest.parent.name == 'pytorch':  # the two editions share their section titles
+        title += '（PyTorch）'
     try:
-        body, _ = exporter.from_notebook_node(
-            nb, resources={'metadata': {'name': notebook_title(nb, dest.stem)}})
+        body, _ = exporter.from_notebook_node(nb, resources={'metadata': {'name': title}})
     finally:
         exporter.log.removeHandler(handler)
     if warned:
@@ -349,7 +352,9 @@ def _machine_notes(edition, rows):
         notes.append(f'{max(gpus)} GPUs that {framework} could use: the multi-device figures '
                      'compare real GPUs.')
     if subsets:
-        sizes = ', '.join(str(s) for s in subsets)
+        sizes = ' or '.join(str(s) for s in subsets)
+        if len(subsets) > 1:
+            sizes += ' (each row\'s tag gives its size)'
         notes.append(
             f'Figures tagged "subset" come from training on the first {sizes} of the '
             f'{TRAIN_SIZE} training images (and as many test images; the CPU default, so that '

@@ -195,7 +195,7 @@ def test_runner_keeps_both_editions_and_never_overwrites(tmp_path):
     assert 'come from training on the first 256 of the 60000 training images' in summary
     # HTML: the notebook's first heading as title, MathJax next to the page, no CDN
     page = (run / 'pytorch' / '01_same.html').read_text()
-    assert '<title>PT title</title>' in page
+    assert '<title>PT title（PyTorch）</title>' in page
     assert 'src="mathjax/MathJax.js?config=' in page and 'cdnjs' not in page
     assert (run / 'pytorch' / 'mathjax' / 'MathJax.js').is_file()
     assert (run / 'pytorch' / 'mathjax' / 'config' / 'TeX-AMS-MML_HTMLorMML-full.js').is_file()
