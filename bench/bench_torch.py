@@ -69,6 +69,16 @@ RECIPE = {'momentum': 0.9, 'weight_decay': 5e-4, 'lr_schedule': 'cosine'}
 DP_EXAMPLES = 15360
 
 
+def write_result(result, out_dir, n_gpu, suffix=''):
+    """Write ``result`` (a dict with 'device' and an ISO 'date') as indented JSON to
+    ``out_dir/<device>-x<n_gpu>-<day><suffix>.json``; returns that path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r'[^A-Za-z0-9]+', '-', result['device']).strip('-')
+    path = out_dir / f"{slug}-x{n_gpu}-{result['date'][:10]}{suffix}.json"
+    path.write_text(json.dumps(result, indent=2) + '\n')
+    return path
+
+
 def run_step(options, epochs, batch_size, lr, max_examples, device, **recipe):
     """Train a fresh ResNet-18 with ``options``; return d2l.train's history."""
     torch.manual_seed(0)
@@ -259,10 +269,7 @@ def time_to_accuracy(argv):
         items = ' '.join(f"{k}={v['mean']:.2f}" for k, v in entry['items'].items())
         print(f"{name:28s} {reach:>18s} {entry['final_acc']['mean']:9.4f} "
               f"{entry['images_per_s']['mean']:9.0f}  {items}", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r'[^A-Za-z0-9]+', '-', result['device']).strip('-')
-    path = args.out / f"{slug}-x1-{result['date'][:10]}-time-to-accuracy.json"
-    path.write_text(json.dumps(result, indent=2) + '\n')
+    path = write_result(result, args.out, 1, '-time-to-accuracy')
     if os.environ.get('OUT'):
         Path(os.environ['OUT'], path.name).write_text(path.read_text())
     print(f'written to {path.name}', flush=True)
@@ -366,10 +373,7 @@ def main():
                                      'ratio': times['pageable'] / times['pinned']}
         print(f"copy {args.copy_gib} GiB GPU->CPU: pageable {times['pageable']:.3f} s, "
               f"pinned {times['pinned']:.3f} s", flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r'[^A-Za-z0-9]+', '-', result['device']).strip('-')
-    path = args.out / f"{slug}-x{n_gpu}-{result['date'][:10]}.json"
-    path.write_text(json.dumps(result, indent=2) + '\n')
+    path = write_result(result, args.out, n_gpu)
     print(f"\nspeed-up of the fastest single-GPU step over the book-style loop: "
           f"{result['speedup_vs_book']:.2f}x; written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     if os.environ.get('OUT'):
