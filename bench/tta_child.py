@@ -66,13 +66,14 @@ t_end = time.time()
 marks['end'] = t_end - T0
 target = cfg.get('target', 0.92)
 reached = None
-if 'reached' in h:  # the time-to-accuracy loop
+if cfg['options'].get('target_accuracy') is not None:  # train stops there and says when
     if h['reached'] is not None:
         reached = t_train - T0 + h['reached']['seconds']
-else:  # the book's loop evaluates every epoch: add up epochs and evaluations
-    elapsed = t_train - T0
+else:  # no target given: add up the start-up, epochs and evaluations up to the first hit
+    elapsed = t_train - T0 + h['warmup_time']
+    evals = iter(h['eval_times'])
     for e, acc in enumerate(h['test_acc']):
-        elapsed += h['epoch_times'][e] + h['eval_times'][e]
+        elapsed += h['epoch_times'][e] + (next(evals) if acc is not None else 0.0)
         if acc is not None and acc >= target:
             reached = elapsed
             break
@@ -91,7 +92,7 @@ out = {
         'evals': sum(h['eval_times']),
     },
     'epoch_times': h['epoch_times'], 'images_per_s': h['images_per_s'],
-    'amp_dtype': h.get('amp_dtype'),
+    'amp_dtype': h['amp'],  # 'bf16', 'fp16' or 'off'
     'device': d2l.gpu_name(0) if on_gpu else 'cpu',
     'dynamo_imported': 'torch._dynamo' in sys.modules,
 }

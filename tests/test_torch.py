@@ -242,11 +242,11 @@ def test_train_target_never_reached_is_a_result(isolated, tiny_dataset):
 
 
 def test_linear_schedule_per_step():
-    from d2lzh.torch import fast
-    lrs = fast._step_lrs('linear', 1.0, 2, 5, 0.2)  # 10 steps, 2 of warm-up
+    from d2lzh.torch import training
+    lrs = training._step_lrs('linear', 1.0, 2, 5, 0.2)  # 10 steps, 2 of warm-up
     assert len(lrs) == 10 and lrs[:2] == [0.5, 1.0] and max(lrs) == 1.0
     assert all(a > b for a, b in zip(lrs[2:], lrs[3:])) and 0 < lrs[-1] <= 0.125
-    assert fast._step_lrs('cosine', 1.0, 2, 3, 0.0) == [1.0] * 3 + [0.5] * 3
+    assert training._step_lrs('cosine', 1.0, 2, 3, 0.0) == [1.0] * 3 + [0.5] * 3
 
 
 def test_fused_sgd_matches_torch_optim():
@@ -277,7 +277,8 @@ def test_fused_sgd_matches_torch_optim():
     ({'eval_from': 0}, 'eval_from=0'),
     ({'target_accuracy': 1.5}, 'target_accuracy=1.5'),
     ({'target_accuracy': 0.9, 'lr_schedule': 'step'}, "lr_schedule='step'"),
-    ({'target_accuracy': 0.9, 'checkpoint': 'ck.pt'}, 'without checkpoint='),
+    ({'nesterov': True}, 'nesterov=True needs momentum'),
+    ({'warmup': 0.1}, "used by lr_schedule='linear' only"),
 ])
 def test_train_rejects_bad_time_to_accuracy_options(isolated, tiny_dataset, kwargs, match):
     train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
@@ -294,3 +295,152 @@ def test_fast_recipe_is_a_valid_option_set(isolated, tiny_dataset):
     assert len(h['epoch_times']) == d2l.FAST_EPOCHS and h['test_acc'][-1] is not None
     assert h['test_acc'][:d2l.FAST_RECIPE['eval_from'] - 1] == \
         [None] * (d2l.FAST_RECIPE['eval_from'] - 1)
+
+
+# ------------------------------------- one loop: the CUDA-graph bookkeeping on the CPU
+
+def _fake_graphs(monkeypatch, log, fail=False):
+    """Let train() "record" graphs on the CPU: _capture_step returns an object
+    whose replay() runs one eager step on the static inputs (what replaying the
+    recorded step does on a GPU) and writes the loss into one static tensor."""
+    from d2lzh.torch import training
+
+    def capture(model, loss_fn, optimizer, X, y, amp, warmup, warmup_steps=3):
+        lr = optimizer.param_groups[0]['lr']
+        log.append(('capture', warmup, round(lr, 6)))
+        if fail:
+            raise RuntimeError('operation not permitted when stream is capturing')
+        loss = torch.zeros(())
+
+        class Graph:
+            def replay(self):
+                log.append(('replay', y.tolist()))
+                optimizer.zero_grad(set_to_none=True)
+                out = loss_fn(model(X), y)
+                out.backward()
+                optimizer.step()
+                loss.copy_(out.detach())
+        return Graph(), loss
+
+    monkeypatch.setattr(training, '_record_graphs', lambda device: True)
+    monkeypatch.setattr(training, '_capture_step', capture)
+
+
+def _ordered_iters(tiny_dataset, batch_size):
+    arrays = tiny_dataset[1]
+    return (d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], batch_size,
+                                 False),
+            d2l.FashionMNISTIter(arrays['test_images'], arrays['test_labels'], 5, False))
+
+
+def test_graph_loop_recaptures_when_the_epoch_rate_changes(isolated, tiny_dataset,
+                                                           monkeypatch):
+    """Cosine: one capture per epoch (the rate is a Python number recorded into
+    the graph), eager warm-up only before the first; every full batch is
+    copied into the static inputs and replayed; the short last batch is
+    skipped and not counted."""
+    log = []
+    _fake_graphs(monkeypatch, log)
+    train_iter, test_iter = _ordered_iters(tiny_dataset, 5)  # batches of 5, 5, 2
+    torch.manual_seed(0)
+    h = d2l.train(_linear_net(), train_iter, test_iter, 3, 0.1, CPU, cuda_graph=True,
+                  lr_schedule='cosine', verbose=False)
+    captures = [e for e in log if e[0] == 'capture']
+    assert captures == [('capture', True, 0.1), ('capture', False, 0.075),
+                        ('capture', False, 0.025)]
+    labels = tiny_dataset[1]['train_labels'].tolist()
+    replays = [e[1] for e in log if e[0] == 'replay']
+    assert replays == [labels[:5], labels[5:10]] * 3
+    assert h['examples'] == 10 and len(h['test_acc']) == 3
+    assert np.isfinite(h['train_loss']).all() and h['warmup_time'] == 0.0
+
+
+def test_graph_loop_times_the_start_up_apart(isolated, tiny_dataset, monkeypatch):
+    """With a time-to-accuracy option the first capture (with its warm-up)
+    happens before the first epoch and is timed as warmup_time; a constant
+    rate needs no second capture."""
+    log = []
+    _fake_graphs(monkeypatch, log)
+    train_iter, test_iter = _ordered_iters(tiny_dataset, 4)
+    torch.manual_seed(0)
+    h = d2l.train(_linear_net(), train_iter, test_iter, 2, 0.1, CPU, cuda_graph=True,
+                  eval_from=2, verbose=False)
+    assert [e for e in log if e[0] == 'capture'] == [('capture', True, 0.1)]
+    assert sum(e[0] == 'replay' for e in log) == 1 + 2 * 3  # start-up, then 3 per epoch
+    assert h['warmup_time'] > 0 and h['test_acc'][0] is None and h['examples'] == 12
+
+
+def test_failed_capture_goes_on_eagerly(isolated, tiny_dataset, monkeypatch):
+    log = []
+    _fake_graphs(monkeypatch, log, fail=True)
+    train_iter, test_iter = _ordered_iters(tiny_dataset, 5)
+    with pytest.warns(RuntimeWarning, match='capturing the training step failed'):
+        h = d2l.train(_linear_net(), train_iter, test_iter, 2, 0.1, CPU, cuda_graph=True,
+                      verbose=False)
+    assert [e[0] for e in log] == ['capture']  # tried once, never replayed
+    assert h['examples'] == 12  # every batch trained eagerly, the short one too
+
+
+def test_per_step_rate_without_fused_sgd_is_not_recorded(isolated, tiny_dataset,
+                                                          monkeypatch):
+    log = []
+    _fake_graphs(monkeypatch, log)
+    train_iter, test_iter = _ordered_iters(tiny_dataset, 4)
+    with pytest.warns(RuntimeWarning, match=r"changes every step \(lr_schedule='linear'\)"):
+        h = d2l.train(_linear_net(), train_iter, test_iter, 1, 0.1, CPU, cuda_graph=True,
+                      lr_schedule='linear', verbose=False)
+    assert log == [] and h['examples'] == 12
+
+
+def test_time_to_accuracy_options_resume_from_a_checkpoint(isolated, tiny_dataset,
+                                                           tmp_path, capsys):
+    """Early stop and checkpoints together: a run that reached its target
+    resumes to nothing; one that did not goes on after the saved epoch."""
+    arrays = tiny_dataset[1]
+    train_iter = d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, True)
+    test_iter = d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, False)
+    opts = dict(momentum=0.9, nesterov=True, label_smoothing=0.1, lr_schedule='linear',
+                warmup=0.1, target_accuracy=0.99)
+    ck = tmp_path / 'ck.pt'
+    torch.manual_seed(0)
+    h1 = d2l.train(_linear_net(), train_iter, test_iter, 30, 0.05, CPU, verbose=False,
+                   checkpoint=ck, **opts)
+    assert h1['reached'] is not None and len(h1['epoch_times']) < 30
+    h2 = d2l.train(_linear_net(), train_iter, test_iter, 30, 0.05, CPU, checkpoint=ck, **opts)
+    assert 'and the target accuracy reached' in capsys.readouterr().out
+    assert h2['reached'] == h1['reached'] and h2['epoch_times'] == h1['epoch_times']
+    ck2 = tmp_path / 'ck2.pt'
+    opts['target_accuracy'] = 1.0  # not reached in 2 epochs
+    torch.manual_seed(0)
+    d2l.train(_linear_net(), train_iter, test_iter, 2, 0.05, CPU, verbose=False,
+              checkpoint=ck2, **opts)
+    h3 = d2l.train(_linear_net(), train_iter, test_iter, 3, 0.05, CPU, verbose=False,
+                   checkpoint=ck2, **opts)
+    assert h3['start_epoch'] == 2 and len(h3['epoch_times']) == 3
+
+
+def test_checkpoint_of_another_optimizer_is_refused(isolated, tiny_dataset, tmp_path):
+    from d2lzh.torch import fast, training
+    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
+    ck = tmp_path / 'ck.pt'
+    d2l.train(_linear_net(), train_iter, None, 1, 0.1, CPU, momentum=0.9, verbose=False,
+              checkpoint=ck)
+    net = _linear_net()
+    fused = fast._FusedSGD(net.parameters(), torch.tensor(0.1), momentum=0.9)
+    before = ck.read_bytes()
+    with pytest.raises(ValueError, match='holds the state of another optimizer'):
+        training._load_checkpoint(ck, CPU, net, fused, None, {})
+    assert ck.read_bytes() == before  # the file is only read
+
+
+def test_fused_sgd_state_round_trip():
+    from d2lzh.torch import fast
+    a = [torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)]
+    opt = fast._FusedSGD(a, torch.tensor(0.1), momentum=0.9)
+    assert opt.state_dict() == {'fused_sgd_momentum_buffers': None}  # before the first step
+    opt.buffers = [torch.full_like(p, 2.0) for p in a]
+    other = fast._FusedSGD(a, torch.tensor(0.1), momentum=0.9)
+    other.load_state_dict(opt.state_dict())
+    assert all(torch.equal(x, y) for x, y in zip(other.buffers, opt.buffers))
+    with pytest.raises(ValueError, match='do not fit'):
+        other.load_state_dict({'fused_sgd_momentum_buffers': [torch.zeros(2)]})

@@ -164,6 +164,25 @@ def test_killed_worker_restarts_and_resumes_from_checkpoint(clean_run, tmp_path)
         torch.testing.assert_close(state['model'][name], value, rtol=1e-5, atol=1e-6)
 
 
+def test_target_accuracy_stops_every_rank_after_the_same_epoch(debian_dir, tmp_path):
+    """The time-to-accuracy options in DDP: only rank 0 evaluates (from epoch
+    2 on), and its decision to stop reaches rank 1, which has no test set: a
+    rank that went on alone would wait at the next barrier until the
+    deadline. The replicas stay identical."""
+    cmd = _torchrun_args(extra=['-m', 'd2lzh.torch.distributed', *CONFIG, '--epochs', '3',
+                                '--momentum', '0.9', '--nesterov', '--lr-schedule', 'linear',
+                                '--warmup', '0.2', '--label-smoothing', '0.1',
+                                '--target-accuracy', '0.01', '--eval-from', '2',
+                                '--out', str(tmp_path / 'out')])
+    codes, outs, _ = _run([cmd], tmp_path)
+    assert codes == [0], outs
+    result = json.loads((tmp_path / 'out' / 'result.json').read_text())
+    assert result['reached']['epoch'] == 2 and len(result['epoch_times']) == 2
+    assert result['test_acc'][0] is None and result['test_acc'][1] >= 0.01
+    assert result['warmup_time'] > 0
+    assert result['params_digest'][0] == result['params_digest'][1]
+
+
 def test_run_ddp_from_python_reports_a_killed_rank(debian_dir, monkeypatch, tmp_path):
     """elastic_launch as a notebook calls it: the error names rank 1 and
     SIGKILL, the caller's signal handlers come back, no torchelastic_* folder
@@ -229,3 +248,14 @@ def test_worker_module_help():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stderr == ''
     assert 'torchrun ... -m d2lzh.torch.distributed' in out.stdout and '--checkpoint' in out.stdout
+
+
+def test_worker_flags_give_the_fast_recipe():
+    """The command line that README and --help give for d2l.FAST_RECIPE sets
+    exactly its options in the worker."""
+    flags = ('--momentum 0.9 --weight-decay 5e-4 --nesterov --lr-schedule linear --warmup 0.2 '
+             '--label-smoothing 0.1 --target-accuracy 0.92 --eval-from 2 --cuda-graph').split()
+    cfg = vars(distributed._parser().parse_args(flags))
+    assert {k: cfg[k] for k in d2l.FAST_RECIPE} == d2l.FAST_RECIPE
+    assert ' '.join(flags[:-1]) in ' '.join(distributed._parser().format_help().split())
+    assert distributed._config(cfg)  # valid as a whole

@@ -18,9 +18,10 @@ One module per concern:
 * :mod:`d2lzh.torch.book`: the book's API (devices, models, split/allreduce,
   evaluation, ``setup_report``);
 * :mod:`d2lzh.torch.iterators`: Fashion-MNIST minibatch iterators;
-* :mod:`d2lzh.torch.training`: ``train`` and ``train_data_parallel``;
-* :mod:`d2lzh.torch.fast`: ``train``'s time-to-accuracy loop and
-  ``FAST_RECIPE`` (beyond the book);
+* :mod:`d2lzh.torch.training`: ``train`` (the one epoch loop, also of every
+  DistributedDataParallel process) and ``train_data_parallel``;
+* :mod:`d2lzh.torch.fast`: ``FAST_RECIPE``, the option set of ``train``
+  measured fastest to 0.92 test accuracy, and its fused SGD (beyond the book);
 * :mod:`d2lzh.torch.distributed`: DistributedDataParallel (imported on first
   use of its names, so that ``python -m d2lzh.torch.distributed`` runs cleanly).
 """

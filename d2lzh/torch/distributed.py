@@ -54,7 +54,7 @@ from .. import data as _data
 from . import book as _book
 from .book import resnet18
 from .iterators import FashionMNISTIter
-from .training import _capture_stream, _lr_factor, train
+from .training import _capture_stream, _check_options, train
 
 __all__ = ['run_ddp', 'ddp_worker', 'main', 'measure_allreduce', 'ShardIter', 'shard_indices',
            'lenet', 'DEFAULTS']
@@ -65,9 +65,14 @@ DEFAULTS = {
     'num_epochs': 4, 'batch_size': 256, 'lr': 0.1, 'max_examples': None,
     'model': 'resnet18', 'amp': True, 'channels_last': True, 'compile_model': False,
     'cuda_graph': False, 'gradient_as_bucket_view': True, 'momentum': 0.0,
-    'weight_decay': 0.0, 'lr_schedule': None, 'backend': None, 'timeout': 900.0,
-    'seed': 0, 'checkpoint': None, 'out': None, 'verbose': False,
+    'weight_decay': 0.0, 'lr_schedule': None, 'nesterov': False, 'label_smoothing': 0.0,
+    'warmup': 0.0, 'target_accuracy': None, 'eval_from': 1, 'backend': None,
+    'timeout': 900.0, 'seed': 0, 'checkpoint': None, 'out': None, 'verbose': False,
 }
+#: The settings passed through to :func:`d2lzh.torch.train` unchanged.
+TRAIN_OPTIONS = ('amp', 'channels_last', 'compile_model', 'momentum', 'weight_decay',
+                 'lr_schedule', 'nesterov', 'label_smoothing', 'warmup', 'target_accuracy',
+                 'eval_from', 'checkpoint')
 
 
 # ------------------------------------------------------------------ the data shard
@@ -215,7 +220,9 @@ def _config(config):
     cfg = {**DEFAULTS, **(config or {})}
     _checks.check_positive_int('num_epochs', cfg['num_epochs'])
     _checks.check_positive_int('batch_size', cfg['batch_size'])
-    _lr_factor(cfg['lr_schedule'], 0, 1)
+    _check_options(cfg['num_epochs'], cfg['lr_schedule'], cfg['momentum'], cfg['nesterov'],
+                   cfg['label_smoothing'], cfg['warmup'], cfg['target_accuracy'],
+                   cfg['eval_from'])
     if cfg['model'] not in ('resnet18', 'lenet'):
         raise ValueError(f"model={cfg['model']!r} is not valid: use 'resnet18' or 'lenet'")
     if cfg['backend'] not in (None, 'nccl', 'gloo'):
@@ -241,7 +248,11 @@ def ddp_worker(config=None):
             ``batch_size`` (per process), ``lr``, ``max_examples``, ``model``
             ('resnet18' or 'lenet'), ``amp``, ``channels_last``,
             ``compile_model``, ``cuda_graph``, ``momentum``,
-            ``weight_decay``, ``lr_schedule`` (as :func:`d2lzh.torch.train`),
+            ``weight_decay``, ``lr_schedule``, and the time-to-accuracy
+            options ``nesterov``, ``label_smoothing``, ``warmup``,
+            ``target_accuracy``, ``eval_from`` (all as
+            :func:`d2lzh.torch.train`; rank 0 evaluates, and its decision
+            to stop at ``target_accuracy`` ends every rank's training),
             ``gradient_as_bucket_view`` (DDP's option), ``backend``,
             ``timeout`` (s), ``seed``, ``checkpoint`` (file on storage every
             node sees), ``out`` (folder for rank 0's ``result.json``),
@@ -316,12 +327,8 @@ def ddp_worker(config=None):
         if stream is not None:
             torch.cuda.current_stream(device).wait_stream(stream)
         history = train(model, train_iter, test_iter, cfg['num_epochs'], cfg['lr'], device,
-                        amp=cfg['amp'], channels_last=cfg['channels_last'],
-                        compile_model=cfg['compile_model'], cuda_graph=use_graph,
-                        momentum=cfg['momentum'], weight_decay=cfg['weight_decay'],
-                        lr_schedule=cfg['lr_schedule'],
-                        verbose=bool(cfg['verbose']) and rank == 0,
-                        checkpoint=cfg['checkpoint'])
+                        cuda_graph=use_graph, verbose=bool(cfg['verbose']) and rank == 0,
+                        **{name: cfg[name] for name in TRAIN_OPTIONS})
         digests = [None] * world_size
         dist.all_gather_object(digests, _params_digest(net))
     finally:
@@ -380,7 +387,20 @@ def _parser():
                    default=True)
     p.add_argument('--momentum', type=float, default=0.0)
     p.add_argument('--weight-decay', type=float, default=0.0)
-    p.add_argument('--lr-schedule', choices=['cosine'], default=None)
+    p.add_argument('--lr-schedule', choices=['cosine', 'linear'], default=None,
+                   help="'linear': warm-up over --warmup of the steps, then decay to 0")
+    tta = p.add_argument_group('time-to-accuracy options (as d2lzh.torch.train; '
+                               'd2l.FAST_RECIPE is --momentum 0.9 --weight-decay 5e-4 '
+                               '--nesterov --lr-schedule linear --warmup 0.2 '
+                               '--label-smoothing 0.1 --target-accuracy 0.92 --eval-from 2)')
+    tta.add_argument('--nesterov', action='store_true')
+    tta.add_argument('--label-smoothing', type=float, default=0.0)
+    tta.add_argument('--warmup', type=float, default=0.0,
+                     help='fraction of all steps (with --lr-schedule linear)')
+    tta.add_argument('--target-accuracy', type=float, default=None,
+                     help="stop after the first epoch whose test accuracy (rank 0's) is >= this")
+    tta.add_argument('--eval-from', type=int, default=1,
+                     help='first epoch after which the test set is evaluated')
     p.add_argument('--backend', choices=['nccl', 'gloo'], default=None,
                    help='default: nccl with GPUs, else gloo')
     p.add_argument('--timeout', type=float, default=DEFAULTS['timeout'],
@@ -413,7 +433,8 @@ def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
             model='resnet18', amp=True, channels_last=True, compile_model=False,
             cuda_graph=False, gradient_as_bucket_view=True, momentum=0.0, weight_decay=0.0,
             lr_schedule=None, backend=None, timeout=900.0, seed=0, checkpoint=None,
-            verbose=False, max_restarts=0, join_timeout=60.0):
+            verbose=False, max_restarts=0, join_timeout=60.0, *, nesterov=False,
+            label_smoothing=0.0, warmup=0.0, target_accuracy=None, eval_from=1):
     """Run :func:`ddp_worker` in ``world_size`` processes on this machine, from
     Python (a notebook), through ``torch.distributed.launcher.api.elastic_launch``:
     what ``torchrun --nproc-per-node=world_size`` does, with c10d rendezvous on
@@ -434,7 +455,9 @@ def run_ddp(world_size, num_epochs=4, batch_size=256, lr=0.1, max_examples=None,
         num_epochs, batch_size (per process), lr, max_examples, model, amp,
         channels_last, compile_model, cuda_graph, gradient_as_bucket_view,
         momentum, weight_decay, lr_schedule, backend, timeout (s), seed,
-        checkpoint, verbose: the worker's settings, see :func:`ddp_worker`.
+        checkpoint, verbose, and (keyword only) nesterov, label_smoothing,
+        warmup, target_accuracy, eval_from: the worker's settings, see
+        :func:`ddp_worker` (``**d2l.FAST_RECIPE`` fits).
 
     Returns:
         dict: rank 0's result (see :func:`ddp_worker`).

@@ -1,7 +1,10 @@
-"""Training loops of the PyTorch edition (book 8.5 and beyond): ``train`` on
-one device with the options of the notebook 在现代GPU上把训练跑满 (bf16, channels_last,
-torch.compile, the whole step as a CUDA graph, SGD momentum and a cosine
-schedule) and ``train_data_parallel`` (``nn.DataParallel``).
+"""Training loops of the PyTorch edition (book 8.5 and beyond): ``train``, the
+one epoch loop, on one device or in every DistributedDataParallel process,
+with the options of the notebook 在现代GPU上把训练跑满 (bf16, channels_last,
+torch.compile, the whole step as a CUDA graph, SGD momentum, cosine or linear
+schedule, checkpoints, and the time-to-accuracy options: early stop at a
+target accuracy, start-up timed apart), and ``train_data_parallel``
+(``nn.DataParallel``).
 """
 import math
 import os
@@ -60,8 +63,7 @@ def _autocast(device, amp, cache_enabled=True):
 
 def _eager_step(model, loss_fn, optimizer, scaler, X, y, device, amp, cache_enabled=True):
     """One eager training step (forward under autocast, backward, update, with the
-    GradScaler when ``scaler`` is not None); returns the loss tensor. Shared by
-    :func:`train`'s loop and :mod:`d2lzh.torch.fast`."""
+    GradScaler when ``scaler`` is not None); returns the loss tensor."""
     with _autocast(device, amp, cache_enabled=cache_enabled):
         loss = loss_fn(model(X), y)
     optimizer.zero_grad(set_to_none=True)
@@ -80,7 +82,8 @@ def _lr_factor(schedule, epoch, num_epochs):
         return 1.0
     if schedule == 'cosine':  # one value per epoch, from 1 down towards 0
         return 0.5 * (1 + math.cos(math.pi * epoch / num_epochs))
-    raise ValueError(f"lr_schedule={schedule!r} is not valid: use None or 'cosine'")
+    raise ValueError(f"lr_schedule={schedule!r} has no factor per epoch: use None or "
+                     "'cosine' here ('linear' changes the rate every step)")
 
 
 _CAPTURE_STREAMS = {}  # one side stream per device for warm-up and every capture
@@ -128,6 +131,53 @@ def _capture_step(model, loss_fn, optimizer, X, y, amp, warmup, warmup_steps=3):
     return graph, loss
 
 
+def _record_graphs(device):
+    """Whether CUDA graphs can be recorded on ``device`` (CUDA only). A seam
+    for the tests, which replace it and :func:`_capture_step` to run the
+    loop's graph bookkeeping on the CPU."""
+    return device.type == 'cuda'
+
+
+def _step_lrs(schedule, lr, num_epochs, steps_per_epoch, warmup):
+    """The learning rate of every step (a list of ``num_epochs *
+    steps_per_epoch`` floats) for ``schedule`` None, 'cosine' (one value per
+    epoch) or 'linear' (warm-up over the first ``warmup`` fraction of the
+    steps, then linear decay to 0)."""
+    total = num_epochs * steps_per_epoch
+    if schedule == 'linear':
+        n_warm = int(round(warmup * total))
+        return [lr * (s + 1) / n_warm if s < n_warm else lr * (total - s) / (total - n_warm)
+                for s in range(total)]
+    return [lr * _lr_factor(schedule, s // steps_per_epoch, num_epochs) for s in range(total)]
+
+
+def _check_options(num_epochs, lr_schedule, momentum, nesterov, label_smoothing, warmup,
+                   target_accuracy, eval_from):
+    """Raise ValueError, naming the fix, for an option of :func:`train` out of range."""
+    if lr_schedule not in (None, 'cosine', 'linear'):
+        raise ValueError(f"lr_schedule={lr_schedule!r} is not valid: use None, 'cosine' "
+                         "or 'linear'")
+    if isinstance(num_epochs, bool) or not isinstance(num_epochs, int) or num_epochs < 1:
+        raise ValueError(f'num_epochs={num_epochs!r}: use a positive whole number')
+    if nesterov and not momentum:
+        raise ValueError('nesterov=True needs momentum > 0 (Nesterov momentum without '
+                         'momentum is plain SGD): pass momentum=0.9, for example')
+    if not 0 <= label_smoothing < 1:
+        raise ValueError(f'label_smoothing={label_smoothing!r}: use a value in [0, 1)')
+    if not 0 <= warmup < 1:
+        raise ValueError(f'warmup={warmup!r}: use a fraction of all steps in [0, 1)')
+    if warmup and lr_schedule != 'linear':
+        raise ValueError(f"warmup={warmup!r} is used by lr_schedule='linear' only: pass "
+                         "lr_schedule='linear' or leave warmup out")
+    if isinstance(eval_from, bool) or not isinstance(eval_from, int) or \
+            not 1 <= eval_from <= num_epochs:
+        raise ValueError(f'eval_from={eval_from!r}: use an epoch number from 1 to '
+                         f'num_epochs={num_epochs}, or nothing would be evaluated')
+    if target_accuracy is not None and not 0 < target_accuracy <= 1:
+        raise ValueError(f'target_accuracy={target_accuracy!r}: use a value in (0, 1] '
+                         'or None')
+
+
 def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
           channels_last=False, compile_model=False, cuda_graph=False, momentum=0.0,
           weight_decay=0.0, lr_schedule=None, verbose=True, checkpoint=None, *,
@@ -147,8 +197,10 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
     that ``channels_last`` asks for) and each process's own shard as
     ``train_iter``. Then every epoch starts and ends with a barrier of the
     process group, the test set is evaluated on the wrapped module (no
-    collective), and only rank 0 writes the checkpoint. An iterator with a
-    ``set_epoch(epoch)`` method is told the epoch before each pass.
+    collective; a process may pass ``test_iter=None``), rank 0's decision to
+    stop at ``target_accuracy`` is broadcast to all, and only rank 0 writes
+    the checkpoint. An iterator with a ``set_epoch(epoch)`` method is told
+    the epoch before each pass.
 
     Args:
         net (nn.Module): the model; moved to ``device`` (unless wrapped in
@@ -172,30 +224,38 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
             than the first one is skipped (and not counted) in this mode.
             With ``compile_model`` as well, the graph records the compiled
             model (compilation happens in the eager warm-up steps before the
-            first capture). A learning rate that changes between epochs means
-            one new capture per epoch. Graphs are recorded with bf16 or fp32
-            only: with fp16 (GradScaler) the steps run eagerly, with a
-            RuntimeWarning. If a capture fails, a RuntimeWarning names the
-            cause and training goes on with eager steps.
+            first capture). A learning rate held as a Python number is
+            recorded into the graph: when it changes (``'cosine'``: once per
+            epoch) the step is captured again. Graphs are recorded with bf16
+            or fp32 only: with fp16 (GradScaler), or with a per-step rate
+            that is not in a GPU tensor (see the time-to-accuracy options),
+            the steps run eagerly, with a RuntimeWarning. If a capture fails,
+            a RuntimeWarning names the cause and training goes on with eager
+            steps.
         momentum (float): SGD momentum.
         weight_decay (float): SGD weight decay.
-        lr_schedule (None or 'cosine'): constant, or cosine decay with one
-            learning rate per epoch.
+        lr_schedule (None, 'cosine' or 'linear'): constant; cosine decay with
+            one learning rate per epoch; or (a time-to-accuracy option, see
+            below) linear warm-up over the first ``warmup`` fraction of all
+            steps, then linear decay to 0 at the last step.
         verbose (bool): print one line per epoch.
         checkpoint (str or os.PathLike or None): a file written after every
             epoch (model, optimizer, history; atomically). If it exists when
             training starts, training resumes after the epoch it holds.
 
-    Time-to-accuracy options (beyond the book; keyword only; issue 11). Any
-    of them, or ``lr_schedule='linear'``, selects the loop of
-    :func:`d2lzh.torch.fast.train_to_accuracy` (one model on one device, no
-    ``checkpoint``): a learning rate per step, the start-up timed apart and
-    an early stop. ``d2l.FAST_RECIPE`` is the set measured fastest to 0.92
-    (with ``FAST_BATCH_SIZE``, ``FAST_EPOCHS``, ``FAST_LR``):
+    Time-to-accuracy options (beyond the book; keyword only). Any of them, or
+    ``lr_schedule='linear'``, also turns on two things measured for a cold
+    start: the start-up (the first step, or the eager warm-up steps and the
+    first capture; real updates on the first batch) runs before the first
+    epoch and is timed apart as ``history['warmup_time']``; and on a GPU
+    with bf16 or fp32 the SGD update is PyTorch's fused kernel with the
+    learning rate in a one-element GPU tensor (:class:`d2lzh.torch.fast.
+    _FusedSGD`: no ``torch.optim`` import, about 3 s of a cold start, and a
+    per-step rate inside a CUDA graph). ``d2l.FAST_RECIPE`` is the set
+    measured fastest to 0.92 (with ``FAST_BATCH_SIZE``, ``FAST_EPOCHS``,
+    ``FAST_LR``).
 
-        lr_schedule='linear': linear warm-up over the first ``warmup``
-            fraction of all steps, then linear decay to 0 at the last step.
-        nesterov (bool): Nesterov momentum.
+        nesterov (bool): Nesterov momentum (needs ``momentum`` > 0).
         label_smoothing (float): in [0, 1), of the cross-entropy loss.
         warmup (float): fraction of all steps in [0, 1) (with 'linear').
         target_accuracy (float or None): stop after the first evaluated
@@ -205,37 +265,29 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
             ``num_epochs`` (1: every epoch); the others record None in
             ``test_acc``.
 
-        That loop's history adds ``warmup_time`` (s: the first step, or the
-        eager warm-up steps and the capture; not in ``epoch_times``) and
-        ``reached`` (None or ``{'epoch', 'test_acc', 'seconds'}``, seconds
-        since ``train`` was called).
-
     Returns:
-        dict: ``epoch_times`` (s), ``eval_times`` (s), ``test_acc`` and
-        ``train_loss`` (per epoch), ``examples`` (trained on per epoch, by
-        this process), ``images_per_s`` (fastest epoch, this process),
-        ``amp`` ('bf16', 'fp16' or 'off'), ``start_epoch`` (0, or the epoch
-        resumed at from ``checkpoint``).
+        dict: ``epoch_times`` (s), ``eval_times`` (s, one per evaluation),
+        ``test_acc`` (per epoch; None where not evaluated) and ``train_loss``
+        (per epoch), ``examples`` (trained on per epoch, by this process),
+        ``images_per_s`` (fastest epoch, this process), ``amp`` ('bf16',
+        'fp16' or 'off'), ``start_epoch`` (0, or the epoch resumed at from
+        ``checkpoint``), ``warmup_time`` (s; 0.0 unless the start-up is
+        timed apart) and ``reached`` (None, or ``{'epoch', 'test_acc',
+        'seconds'}`` with seconds since ``train`` was called).
 
     Raises:
-        ValueError: unknown ``lr_schedule`` or ``amp``, a
+        ValueError: an option out of range (unknown ``lr_schedule`` or
+            ``amp``, ``nesterov`` without momentum, ...), a
             DistributedDataParallel model whose parameters are not on
-            ``device``, or a time-to-accuracy option out of range.
+            ``device``, a ``checkpoint`` written with other optimizer
+            options, or a ``test_iter`` that yields no example.
     """
-    if (lr_schedule == 'linear' or nesterov or label_smoothing or warmup
-            or target_accuracy is not None or eval_from != 1):
-        from .fast import train_to_accuracy
-        if isinstance(net, DistributedDataParallel) or checkpoint is not None:
-            raise ValueError('the time-to-accuracy options train one model on one device '
-                             'without checkpoint=: leave them out for DDP or checkpoints')
-        return train_to_accuracy(
-            net, train_iter, test_iter, num_epochs, lr, device, amp=amp,
-            channels_last=channels_last, compile_model=compile_model, cuda_graph=cuda_graph,
-            momentum=momentum, weight_decay=weight_decay, lr_schedule=lr_schedule,
-            verbose=verbose, nesterov=nesterov, label_smoothing=label_smoothing,
-            warmup=warmup, target_accuracy=target_accuracy, eval_from=eval_from)
+    called = time.perf_counter()
     device = torch.device(device)
-    _lr_factor(lr_schedule, 0, num_epochs)  # validate early
+    _check_options(num_epochs, lr_schedule, momentum, nesterov, label_smoothing, warmup,
+                   target_accuracy, eval_from)
+    apart = bool(lr_schedule == 'linear' or nesterov or label_smoothing or warmup
+                 or target_accuracy is not None or eval_from != 1)
     distributed = isinstance(net, DistributedDataParallel)
     module = net.module if distributed else net
     fmt = torch.channels_last if channels_last else torch.contiguous_format
@@ -248,42 +300,103 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
     else:
         net = module = net.to(device, memory_format=fmt)
     mode = _amp_mode(device, amp)
-    use_graph = bool(cuda_graph) and device.type == 'cuda'
-    if use_graph and mode == 'fp16':
-        warnings.warn('cuda_graph=True with fp16 autocast: a GradScaler step is not recorded '
-                      'in a CUDA graph here; training with eager steps', RuntimeWarning,
-                      stacklevel=2)
+    fused = (apart and device.type == 'cuda' and mode != 'fp16'
+             and hasattr(torch, '_fused_sgd_'))
+    use_graph = bool(cuda_graph) and _record_graphs(device)
+    if use_graph and (mode == 'fp16' or (lr_schedule == 'linear' and not fused)):
+        why = ('with fp16 autocast a GradScaler step' if mode == 'fp16' else
+               "a learning rate that changes every step (lr_schedule='linear') without "
+               'a fused SGD in this PyTorch')
+        warnings.warn(f'cuda_graph=True: {why} is not recorded in a CUDA graph here; '
+                      'training with eager steps', RuntimeWarning, stacklevel=2)
         use_graph = False
     scaler = torch.amp.GradScaler('cuda') if mode == 'fp16' else None
     model = torch.compile(net) if compile_model else net
-    optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum,
-                                weight_decay=weight_decay)
-    loss_fn = nn.CrossEntropyLoss()
+    if fused:
+        from .fast import _FusedSGD
+        lr_tensor = torch.tensor(float(lr), device=device)
+        optimizer = _FusedSGD(net.parameters(), lr_tensor, momentum, weight_decay, nesterov)
+    else:
+        optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum,
+                                    weight_decay=weight_decay, nesterov=nesterov)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
     eval_net = module if distributed else model
     rank = torch.distributed.get_rank() if distributed else 0
     history = {'epoch_times': [], 'eval_times': [], 'test_acc': [], 'train_loss': [],
-               'amp': mode or 'off', 'start_epoch': 0}
+               'amp': mode or 'off', 'start_epoch': 0, 'warmup_time': 0.0, 'reached': None}
     if verbose and amp and device.type == 'cuda':
         print(f'amp: {_amp_description(device, mode)}')
     if checkpoint is not None and os.path.exists(checkpoint):
-        state = torch.load(checkpoint, map_location=device, weights_only=True)
-        module.load_state_dict(state['model'])
-        optimizer.load_state_dict(state['optimizer'])
-        if scaler is not None and 'scaler' in state:
-            scaler.load_state_dict(state['scaler'])
-        history = state['history']
-        history['start_epoch'] = state['epoch'] + 1
+        history = _load_checkpoint(checkpoint, device, module, optimizer, scaler, history)
         if verbose:
-            print(f'resuming from {os.path.basename(checkpoint)}: epoch {state["epoch"] + 1} '
-                  f'of {num_epochs} done')
-    graph = static = None
+            print(f'resuming from {os.path.basename(checkpoint)}: epoch '
+                  f'{history["start_epoch"]} of {num_epochs} done' +
+                  (' and the target accuracy reached' if history['reached'] else ''))
+    first_epoch = num_epochs if history['reached'] else history['start_epoch']
+    steps_per_epoch = len(train_iter) if lr_schedule == 'linear' else 0
+    lrs = _step_lrs(lr_schedule, lr, num_epochs, steps_per_epoch, warmup) \
+        if lr_schedule == 'linear' else None
+    state = {'lr': float(lr), 'graph': None, 'static': None, 'loss': None,
+             'use_graph': use_graph, 'warmed': False}
+
+    def set_lr(epoch, step):
+        value = lrs[min(step, len(lrs) - 1)] if lrs is not None else \
+            lr * _lr_factor(lr_schedule, epoch, num_epochs)
+        if value == state['lr']:
+            return
+        state['lr'] = value
+        if fused:
+            lr_tensor.fill_(value)  # read by the recorded update: no new capture
+        else:
+            for group in optimizer.param_groups:
+                group['lr'] = value
+            state['graph'] = None  # the Python number is baked into a recorded graph
+
+    def one_step(X, y):
+        """Train on one batch; returns the loss tensor, or None for a batch
+        that the graph cannot replay (a smaller last batch)."""
+        if state['use_graph']:
+            if state['static'] is None:
+                state['static'] = (X.clone(memory_format=fmt), y.clone())
+            static = state['static']
+            if X.shape != static[0].shape:
+                return None
+            static[0].copy_(X)
+            static[1].copy_(y)
+            if state['graph'] is None:
+                try:  # DDP asks for 11 eager steps before a capture
+                    state['graph'], state['loss'] = _capture_step(
+                        model, loss_fn, optimizer, *static, mode, warmup=not state['warmed'],
+                        warmup_steps=11 if distributed else 3)
+                    state['warmed'] = True
+                except RuntimeError as err:  # e.g. an op that cannot be captured
+                    warnings.warn(f'cuda_graph=True: capturing the training step failed '
+                                  f'({err}); continuing without a CUDA graph',
+                                  RuntimeWarning, stacklevel=3)
+                    state['use_graph'], state['graph'] = False, None
+                    synchronize(device)
+                    optimizer.zero_grad(set_to_none=True)
+            if state['graph'] is not None:
+                state['graph'].replay()
+                return state['loss']
+        return _eager_step(model, loss_fn, optimizer, scaler, X, y, device, mode)
+
+    step = first_epoch * steps_per_epoch
+    if apart and first_epoch < num_epochs:  # the start-up, timed apart from the epochs
+        if hasattr(train_iter, 'set_epoch'):
+            train_iter.set_epoch(first_epoch)
+        net.train()
+        _sync(device, distributed)
+        start = time.perf_counter()
+        X, y = next(iter(train_iter))
+        set_lr(first_epoch, step)
+        one_step(X.to(device, non_blocking=True, memory_format=fmt),
+                 y.to(device, non_blocking=True))
+        _sync(device, distributed)
+        history['warmup_time'] = time.perf_counter() - start
     examples = history.get('examples', 0)
-    for epoch in range(history['start_epoch'], num_epochs):
-        new_lr = lr * _lr_factor(lr_schedule, epoch, num_epochs)
-        if new_lr != optimizer.param_groups[0]['lr']:
-            graph = None  # the learning rate is baked into a recorded graph
-        for group in optimizer.param_groups:
-            group['lr'] = new_lr
+    for epoch in range(first_epoch, num_epochs):
+        set_lr(epoch, step)
         if hasattr(train_iter, 'set_epoch'):
             train_iter.set_epoch(epoch)
         net.train()
@@ -294,52 +407,59 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
         for X, y in train_iter:
             X = X.to(device, non_blocking=True, memory_format=fmt)
             y = y.to(device, non_blocking=True)
-            if use_graph:
-                if static is None:
-                    static = (X.clone(memory_format=fmt), y.clone())
-                if X.shape != static[0].shape:
-                    continue  # a smaller last batch cannot replay the graph
-                static[0].copy_(X)
-                static[1].copy_(y)
-                if graph is None:
-                    try:  # DDP asks for 11 eager steps before a capture
-                        graph, loss = _capture_step(model, loss_fn, optimizer, *static, mode,
-                                                    warmup=epoch == 0 and examples == 0,
-                                                    warmup_steps=11 if distributed else 3)
-                    except RuntimeError as err:  # e.g. an op that cannot be captured
-                        warnings.warn(f'cuda_graph=True: capturing the training step failed '
-                                      f'({err}); continuing without a CUDA graph',
-                                      RuntimeWarning, stacklevel=2)
-                        use_graph = False
-                        torch.cuda.synchronize(device)
-                        optimizer.zero_grad(set_to_none=True)
-                        continue
-                graph.replay()
-            else:
-                loss = _eager_step(model, loss_fn, optimizer, scaler, X, y, device, mode)
+            set_lr(epoch, step)
+            loss = one_step(X, y)
+            if loss is None:
+                continue  # a smaller last batch cannot replay the graph
             total_loss += loss.detach() * y.shape[0]
             examples += y.shape[0]
+            step += 1
         _sync(device, distributed)
         history['epoch_times'].append(time.perf_counter() - start)
-        if test_iter is not None:
+        history['train_loss'].append(total_loss.item() / max(examples, 1))
+        history['examples'] = examples
+        acc = None
+        if test_iter is not None and epoch + 1 >= eval_from:
             start = time.perf_counter()
             with _autocast(device, mode):
                 acc = evaluate_accuracy(test_iter, eval_net, device)
             history['eval_times'].append(time.perf_counter() - start)
+        if test_iter is not None:
             history['test_acc'].append(acc)
-        history['train_loss'].append(total_loss.item() / max(examples, 1))
-        history['examples'] = examples
+        stop = _target_reached(acc, target_accuracy, device, distributed)
+        if stop:
+            history['reached'] = {'epoch': epoch + 1, 'test_acc': acc,
+                                  'seconds': time.perf_counter() - called}
         if verbose:
-            acc_text = f', test acc {history["test_acc"][-1]:.3f}' if test_iter is not None else ''
+            acc_text = '' if test_iter is None else ', test acc not evaluated' \
+                if acc is None else f', test acc {acc:.3f}'
             print(f'epoch {epoch + 1}: loss {history["train_loss"][-1]:.3f}{acc_text}, '
                   f'{history["epoch_times"][-1]:.2f} s '
                   f'({examples / history["epoch_times"][-1]:.0f} images/s)')
         if checkpoint is not None and rank == 0:
             _save_checkpoint(checkpoint, epoch, module, optimizer, scaler, history)
+        if stop:
+            break
+    if verbose and target_accuracy is not None and history['reached'] is None:
+        print(f'test accuracy {target_accuracy} not reached in {num_epochs} epochs')
     history['examples'] = examples
     history['images_per_s'] = examples / min(history['epoch_times']) \
         if history['epoch_times'] else 0.0
     return history
+
+
+def _target_reached(acc, target, device, distributed):
+    """Whether training stops here: ``acc`` (None if not evaluated) >=
+    ``target``; with DistributedDataParallel, rank 0's answer, broadcast so
+    that every process stops after the same epoch."""
+    if target is None:
+        return False
+    reached = acc is not None and acc >= target
+    if distributed:
+        flag = torch.tensor([int(reached)], device=device)
+        torch.distributed.broadcast(flag, 0)
+        reached = bool(flag.item())
+    return reached
 
 
 def _sync(device, distributed):
@@ -347,6 +467,26 @@ def _sync(device, distributed):
     synchronize(device)
     if distributed:
         torch.distributed.barrier()
+
+
+def _load_checkpoint(path, device, module, optimizer, scaler, history):
+    """Load the state that :func:`_save_checkpoint` wrote into ``module``,
+    ``optimizer`` and ``scaler``; return the saved history (on top of the
+    keys of ``history``) with ``start_epoch`` set. The file is only read."""
+    state = torch.load(path, map_location=device, weights_only=True)
+    module.load_state_dict(state['model'])
+    try:
+        optimizer.load_state_dict(state['optimizer'])
+    except (KeyError, ValueError, TypeError) as err:
+        raise ValueError(f'{os.path.basename(path)} holds the state of another optimizer '
+                         f'({type(err).__name__}: {err}): it was written by train() with other '
+                         'options; pass the same options again, or move the file away to '
+                         'start afresh') from err
+    if scaler is not None and 'scaler' in state:
+        scaler.load_state_dict(state['scaler'])
+    loaded = {**history, **state['history']}
+    loaded['start_epoch'] = state['epoch'] + 1
+    return loaded
 
 
 def _save_checkpoint(path, epoch, module, optimizer, scaler, history):
