@@ -76,6 +76,7 @@ help:
 	@echo "make venv   create/update .venv from requirements.txt (NUMPY=2: requirements-numpy2.txt)"
 	@echo "make clean  remove $(BUILD)/;  make distclean  also remove .venv"
 	@echo "make test-gpu-build  mxnet-cu112 + CUDA 11 pip packages against a stub driver (2.2 GB)"
+	@echo "make device-bundle   build/device: what the GPU machine of docs/gpu-runs.md lacks"
 
 ifeq ($(EDITION),mxnet)
 venv: $(STAMP)
@@ -179,3 +180,28 @@ test-gpu-build:
 distclean: clean-gpu-build
 clean-gpu-build:
 	rm -rf $(GPU_BUILD_VENV)
+
+# Everything the rented GPU machine lacks for docs/gpu-runs.md, in $(BUILD)/device (carried
+# there with the device tool, under its 64 MiB): that machine has Python $(DEVICE_PY), numpy,
+# matplotlib and torch but no package index and no Jupyter. kernel/ holds the Jupyter
+# kernel's wheels (installed there with --target, the runtime's own Jupyter); wheels/ is the
+# package index the notebooks' setup cell sees (PIP_FIND_LINKS): a d2lzh wheel and the
+# small dependencies of d2lzh; data/ the Fashion-MNIST files.
+DEVICE_PY ?= 3.12
+DEVICE_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	--platform manylinux2014_x86_64
+.PHONY: device-bundle
+device-bundle: data
+	rm -rf $(BUILD)/device && mkdir -p $(BUILD)/device/kernel $(BUILD)/device/wheels $(BUILD)/device/data
+	$(PY) -m pip download --quiet --disable-pip-version-check --only-binary :all: \
+	  --python-version $(DEVICE_PY) $(DEVICE_PLATFORMS) -d $(BUILD)/device/kernel \
+	  $$(grep -E '^(ipykernel|nbclient)==' requirements-cloud.txt)
+	$(PY) -m pip download --quiet --disable-pip-version-check --only-binary :all: --no-deps \
+	  --python-version $(DEVICE_PY) $(DEVICE_PLATFORMS) -d $(BUILD)/device/wheels \
+	  tqdm psutil setuptools
+	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+	  -w $(BUILD)/device/wheels .
+	rm -rf d2lzh.egg-info build/lib build/bdist.*  # setuptools' leftovers in this tree
+	cp $$($(PY) -c 'import d2lzh.data as d; print(d.find_fashion_mnist(download=False))')/*.gz \
+	  $(BUILD)/device/data/
+	du -sh $(BUILD)/device/*

@@ -128,3 +128,51 @@ def read_results(path):
     """Read a file written by :func:`record` into ``{key: (value, unit)}``
     (later lines win). A missing file gives ``{}``."""
     return {k: (v['value'], v['unit']) for k, v in read_figures(path).items()}
+
+
+def _raw_url(path):
+    """The download URL of ``path`` in the project's repository (from the one
+    repository URL, see :func:`d2lzh.install._repository`), or None."""
+    from .install import _repository
+    repository = _repository()
+    if repository is None:
+        return None
+    owner, repo, branch = repository
+    return f'https://raw.githubusercontent.com/{owner}/{repo}/{branch}/{path}'
+
+
+def load_reference(path, timeout=30):
+    """A JSON file of this project's repository that a notebook quotes, such as
+    a stored benchmark run (``'bench/results/....json'``); beyond the book.
+
+    Read from the checkout that d2lzh is imported from. A notebook opened
+    alone (Colab, Kaggle, SageMaker Studio Lab) has no checkout: then the file
+    is downloaded from the project's repository (the URL in pyproject's
+    ``[project.urls] Source``), parsed in memory and never written anywhere.
+
+    Args:
+        path (str): the file's path in the repository, with ``/``.
+        timeout (float): seconds for the download.
+
+    Returns:
+        dict or list: the parsed JSON; or None if neither worked, after one
+        printed line that says why and that the notebook goes on without it
+        (a notebook then skips what it would have shown from the file).
+    """
+    local = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         *path.split('/'))
+    if os.path.isfile(local):
+        with open(local, encoding='utf-8') as f:
+            return json.load(f)
+    url = _raw_url(path)
+    why = 'no repository URL is known' if url is None else None
+    if url is not None:
+        import urllib.request
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return json.loads(response.read().decode('utf-8'))
+        except (OSError, ValueError) as err:  # no network, HTTP error, not JSON
+            why = f'downloading {url} failed ({type(err).__name__}: {err})'
+    print(f'd2lzh: {path} is not here (this notebook was opened without the repository) and '
+          f'{why}; going on without it: what it holds is skipped')
+    return None

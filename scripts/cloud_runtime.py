@@ -19,6 +19,15 @@ What it does, like Colab/Kaggle/SageMaker Studio Lab minus the GPU:
 Prints the seconds each step took. Exit status 1 on any failure, naming the notebook and
 cell. Needs the package index (PyPI), as the cloud runtimes do; the data comes from
 ``/usr/share/datasets/fashion-mnist`` or is downloaded.
+
+``--in-place`` skips step 1 and uses the environment of ``--python`` as it is: a real
+runtime (the GPU machine of ``docs/gpu-runs.md``, or a Colab kernel's interpreter).
+Nothing preinstalled there is changed; what the setup cell installs (d2lzh, mxnet,
+requests) is removed again after each notebook, and d2lzh must not be installed before.
+``--source`` sets ``D2LZH_SOURCE`` (default: this checkout; a built wheel where pip
+cannot build, e.g. without an index), ``--keep DIR`` copies every executed notebook to
+``DIR`` (to look at, or to store its outputs), ``--max-examples all`` trains on the full
+data set.
 """
 import argparse
 import json
@@ -71,6 +80,18 @@ def run(cmd, **kwargs):
     return out, time.perf_counter() - start
 
 
+def _has(py, dist, cwd):
+    """Whether the environment of interpreter ``py`` has the distribution ``dist``
+    (asked from ``cwd``, an empty folder: a source tree's *.egg-info must not count)."""
+    return subprocess.run([str(py), '-c', f'import importlib.metadata as m; m.version({dist!r})'],
+                          capture_output=True, timeout=120, cwd=cwd).returncode == 0
+
+
+def _uninstall(py, names):
+    subprocess.run([str(py), '-m', 'pip', 'uninstall', '--quiet', '--yes', *names],
+                   capture_output=True, timeout=300)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('notebooks', nargs='*', default=DEFAULT_NOTEBOOKS)
@@ -83,12 +104,24 @@ def main(argv=None):
                         help='keep the runtime venv of a previous run, only removing what '
                              'the setup cell installed (d2lzh, mxnet, requests): quicker, '
                              'for development')
+    parser.add_argument('--in-place', action='store_true',
+                        help="use --python's environment as the runtime (no venv; a real "
+                             'runtime such as the GPU machine)')
+    parser.add_argument('--source', default=str(ROOT),
+                        help='D2LZH_SOURCE for the setup cell (default: this checkout)')
+    parser.add_argument('--keep', default=None,
+                        help='folder to copy every executed notebook to')
     args = parser.parse_args(argv)
 
     build = Path(args.build).resolve()
     venv = build / 'venv'
     py = venv / 'bin' / 'python'
-    if args.reuse_venv and py.exists():
+    if args.in_place:
+        py = Path(args.python)
+        shutil.rmtree(build, ignore_errors=True)
+        build.mkdir(parents=True)
+        print(f'runtime: {args.python} as it is (--in-place)')
+    elif args.reuse_venv and py.exists():
         subprocess.run([str(py), '-m', 'pip', 'uninstall', '--quiet', '--yes', 'd2lzh', 'mxnet',
                         'mxnet-cu112', 'requests'], capture_output=True, timeout=300)
         for path in build.iterdir():
@@ -111,20 +144,34 @@ def main(argv=None):
          'u.find_spec("mxnet") is None]))'],
         capture_output=True, text=True, check=True, cwd=build).stdout)
     numpy_version, torch_version, no_d2lzh, no_mxnet = versions
-    assert numpy_version.startswith('2.') and no_d2lzh and no_mxnet, versions
+    if not (numpy_version.startswith('2.') and no_d2lzh and no_mxnet):
+        print(f'error: not a fresh numpy-2 runtime: numpy {numpy_version}, d2lzh '
+              f'{"absent" if no_d2lzh else "installed"}, mxnet '
+              f'{"absent" if no_mxnet else "installed"}; uninstall d2lzh and mxnet first')
+        return 1
     print(f'  numpy {numpy_version}, torch {torch_version}, no d2lzh, no mxnet')
 
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(('D2LZH_', 'PYTHON', 'VIRTUAL_ENV', 'JUPYTER', 'MPL'))}
-    env['PATH'] = os.pathsep.join([str(venv / 'bin')] + [
-        p for p in env.get('PATH', '').split(os.pathsep) if '.venv' not in p])
-    env.update(D2LZH_SOURCE=str(ROOT), D2LZH_MAX_EXAMPLES=args.max_examples,
+    # In place, PYTHONPATH may be how the runtime finds its own packages (the GPU machine's
+    # kernel wheels); it must not lead to a d2lzh (checked above: none is importable).
+    keep = ('D2LZH_DATA_DIR',) + (('PYTHONPATH',) if args.in_place else ())
+    env = {k: v for k, v in os.environ.items() if k in keep or
+           not k.startswith(('D2LZH_', 'PYTHON', 'VIRTUAL_ENV', 'JUPYTER', 'MPL'))}
+    if not args.in_place:
+        env['PATH'] = os.pathsep.join([str(venv / 'bin')] + [
+            p for p in env.get('PATH', '').split(os.pathsep) if '.venv' not in p])
+    source = args.source if '://' in args.source or not os.path.exists(args.source) \
+        else str(Path(args.source).resolve())
+    env.update(D2LZH_SOURCE=source, D2LZH_MAX_EXAMPLES=args.max_examples,
                JUPYTER_PLATFORM_DIRS='1', MPLBACKEND='agg')
+    if args.max_examples == 'all':
+        env.pop('D2LZH_MAX_EXAMPLES')
+    # what a setup cell may install; in place, a package the runtime already had stays
+    installed_by_setup = [name for name in ('d2lzh', 'mxnet', 'mxnet-cu112', 'requests')
+                          if not (args.in_place and _has(py, name, build))]
     failed = []
     for rel in args.notebooks:
         # every notebook opens in a fresh runtime: nothing that an earlier one installed
-        subprocess.run([str(py), '-m', 'pip', 'uninstall', '--quiet', '--yes', 'd2lzh', 'mxnet',
-                        'requests'], capture_output=True, timeout=300)
+        _uninstall(py, installed_by_setup)
         src = ROOT / rel
         folder = build / src.parent.name / src.stem
         folder.mkdir(parents=True)
@@ -156,6 +203,11 @@ def main(argv=None):
         if out.returncode != 0:
             print(out.stderr[-3000:])
             failed.append(rel)
+        if args.keep:
+            kept = Path(args.keep) / src.parent.name
+            kept.mkdir(parents=True, exist_ok=True)
+            shutil.copy(copy, kept / src.name)
+    _uninstall(py, installed_by_setup)
     if failed:
         print('FAILED in the simulated cloud runtime:', ', '.join(failed))
         return 1

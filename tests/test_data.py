@@ -1,5 +1,6 @@
 """d2lzh.data: discovery order, verification, download, parsing, subsets."""
 import gzip
+import json
 import http.server
 import os
 import shutil
@@ -326,3 +327,35 @@ def test_figures_carry_the_subset_that_choose_max_examples_picked(tmp_path, monk
     assert results.read_results(out) == {'test_acc': (0.1, ''), 'test_acc_full': (0.9, '')}
     with pytest.raises(ValueError, match='note must be a str'):
         results.record('x', 1, note=3)
+
+
+def test_load_reference_from_the_checkout_then_the_repository(tmp_path, monkeypatch, capsys):
+    """A notebook's stored benchmark JSON: from the checkout; opened alone (no
+    such file), downloaded (here from 127.0.0.1); if that fails, None and one
+    line, and nothing is written."""
+    from d2lzh import results
+    name = 'bench/results/NVIDIA-H200-x2-2026-11-22.json'
+    here = results.load_reference(name)
+    with open(os.path.join(os.path.dirname(__file__), '..', *name.split('/'))) as f:
+        assert here == json.load(f)
+    owner, repo, branch = __import__('d2lzh.install').install._repository()
+    assert results._raw_url('a/b.json') == \
+        f'https://raw.githubusercontent.com/{owner}/{repo}/{branch}/a/b.json'
+    served = tmp_path / 'served'
+    (served / 'bench').mkdir(parents=True)
+    (served / 'bench' / 'ref.json').write_text('{"device": "test"}')
+    (served / 'bench' / 'bad.json').write_text('{"device": ')
+    server = _Server(served)
+    monkeypatch.setattr(results, '_raw_url', lambda path: server.url + path)
+    try:
+        assert results.load_reference('bench/ref.json') == {'device': 'test'}
+        assert results.load_reference('bench/bad.json') is None
+        assert 'bench/bad.json is not here' in capsys.readouterr().out
+        assert results.load_reference('bench/missing.json') is None
+        assert 'HTTP Error 404' in capsys.readouterr().out
+    finally:
+        server.close()
+    assert sorted(p.name for p in (served / 'bench').iterdir()) == ['bad.json', 'ref.json']
+    monkeypatch.setattr(results, '_raw_url', lambda path: 'http://127.0.0.1:9/' + path)
+    assert results.load_reference('bench/ref.json', timeout=5) is None
+    assert 'failed (URLError' in capsys.readouterr().out

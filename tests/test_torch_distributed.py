@@ -259,3 +259,14 @@ def test_worker_flags_give_the_fast_recipe():
     assert {k: cfg[k] for k in d2l.FAST_RECIPE} == d2l.FAST_RECIPE
     assert ' '.join(flags[:-1]) in ' '.join(distributed._parser().format_help().split())
     assert distributed._config(cfg)  # valid as a whole
+
+
+def test_graph_with_several_nccl_processes_only_as_an_experiment(monkeypatch):
+    monkeypatch.delenv(distributed.GRAPH_EXPERIMENT_ENV, raising=False)
+    with pytest.raises(ValueError, match='refused rather than left to hang'):
+        distributed._refuse_graph_with_several(True, 'nccl', 2)
+    distributed._refuse_graph_with_several(True, 'nccl', 1)  # one process: allowed
+    distributed._refuse_graph_with_several(True, 'gloo', 2)  # no graph on the CPU anyway
+    monkeypatch.setenv(distributed.GRAPH_EXPERIMENT_ENV, '1')
+    with pytest.warns(RuntimeWarning, match='only the timeout ends it'):
+        distributed._refuse_graph_with_several(True, 'nccl', 2)

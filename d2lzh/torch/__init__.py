@@ -32,7 +32,7 @@ import torch.nn.functional as F  # noqa: F401
 from torch import nn  # noqa: F401
 
 from ..plot import bar_chart, set_figsize  # noqa: F401
-from ..results import record  # noqa: F401
+from ..results import load_reference, record  # noqa: F401
 from ..timing import Benchmark, Timer  # noqa: F401
 from .book import (Residual, allreduce, evaluate_accuracy, get_params, gpu_name,  # noqa: F401
                    num_gpus, resnet18, setup_report, sgd, split_and_load, synchronize,
@@ -44,8 +44,9 @@ from .fast import FAST_BATCH_SIZE, FAST_EPOCHS, FAST_LR, FAST_RECIPE  # noqa: F4
 _LAZY = {name: 'd2lzh.torch.distributed'
          for name in ('run_ddp', 'ddp_worker', 'measure_allreduce')}
 
-__all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'record', 'bar_chart', 'set_figsize',
-           'gpu_name', 'num_gpus', 'try_gpu', 'try_all_gpus', 'try_devices', 'synchronize',
+__all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'record', 'load_reference', 'bar_chart',
+           'set_figsize', 'gpu_name', 'num_gpus', 'try_gpu', 'try_all_gpus', 'try_devices',
+           'synchronize',
            'Residual', 'resnet18', 'split_and_load', 'allreduce', 'get_params', 'sgd',
            'evaluate_accuracy', 'FashionMNISTIter', 'load_data_fashion_mnist',
            'choose_max_examples', 'train', 'train_data_parallel', 'run_ddp', 'ddp_worker',

@@ -349,8 +349,18 @@ def ddp_worker(config=None):
     return history
 
 
+#: Set to 1 to record the DDP step as a CUDA graph in several NCCL processes anyway, to
+#: investigate the hang (docs/gpu-runs.md); the worker's --timeout still ends a hung job.
+GRAPH_EXPERIMENT_ENV = 'D2LZH_DDP_GRAPH_EXPERIMENT'
+
+
 def _refuse_graph_with_several(cuda_graph, backend, world_size):
     if cuda_graph and backend == 'nccl' and world_size > 1:
+        if os.environ.get(GRAPH_EXPERIMENT_ENV) == '1':
+            warnings.warn(f'{GRAPH_EXPERIMENT_ENV}=1: recording the DDP step with '
+                          f'world_size={world_size}; this hung before, and only the '
+                          'timeout ends it if it hangs again', RuntimeWarning, stacklevel=2)
+            return
         raise ValueError(
             f'cuda_graph=True with world_size={world_size}: capturing the DDP step in more '
             'than one process never finished on 2x H200 with PyTorch 2.11 (it hung until '
