@@ -432,6 +432,11 @@ def main(argv=None):
     result = ddp_worker(cfg)
     if result is not None:
         acc = f', test acc {result["test_acc"][-1]:.3f}' if result['test_acc'] else ''
+        if cfg['target_accuracy'] is not None:
+            reached = result['reached']
+            acc += (f' (target {cfg["target_accuracy"]} reached after epoch {reached["epoch"]}, '
+                    f'{reached["seconds"]:.1f} s into training)' if reached else
+                    f' (target {cfg["target_accuracy"]} not reached)')
         print(f'world size {result["world_size"]} ({result["backend"]}, {result["device"]}, '
               f'amp {result["amp"]}): {result["images_per_s"]:.0f} images/s in the best '
               f'epoch{acc}; replicas identical: {len(set(result["params_digest"])) == 1}')
