@@ -441,11 +441,11 @@ def choose_max_examples(cpu_default, gpu_available):
         n = max_examples_from_env()
         why = f'环境变量 D2LZH_MAX_EXAMPLES={env.strip()}'
     elif gpu_available:
-        n, why = None, '检测到可用的GPU，按书中设置'
+        n, why = None, '检测到可用的 GPU，按书中设置'
     else:
         n = parse_max_examples(cpu_default, 'cpu_default')
-        why = ('没有可用的GPU：为了在CPU上几分钟内跑完，只用数据的一个子集'
-               '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2核CPU上会慢得多）')
+        why = ('没有可用的 GPU：为了在 CPU 上几分钟内跑完，只用数据的一个子集'
+               '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2 核 CPU 上会慢得多）')
     # make run's summary labels the figures recorded from now on with this choice
     note_data_subset(None if n is None else min(n, TRAIN_SIZE), gpu_available)
     if n is None:

@@ -151,11 +151,11 @@ def describe_devices(devices, num):
                 f'下面按 {num} 个设备写的代码实际只在这 {len(devices)} 个设备上运行，'
                 f'它的结果不是真正的 {num} 设备结果。')
     if all(d.device_type == 'gpu' for d in devices):
-        return f'在 {num} 块GPU上运行：{names}。'
+        return f'在 {num} 块 GPU 上运行：{names}。'
     if num == 1:
-        return f'没有可用的GPU：在 CPU 上下文 {names} 上运行。'
-    return (f'没有 {num} 块可用的GPU：{num} 个设备是 CPU 上下文（{names}），'
-            f'它们共用同一组 CPU 核心和内存，代码路径与多GPU相同，但不会因此变快。')
+        return f'没有可用的 GPU：在 CPU 上下文 {names} 上运行。'
+    return (f'没有 {num} 块可用的 GPU：{num} 个设备是 CPU 上下文（{names}），'
+            f'它们共用同一组 CPU 核心和内存，代码路径与多 GPU 相同，但不会因此变快。')
 
 
 # ----------------------------------------------------------------- models (5.11, 8.5)
@@ -423,7 +423,7 @@ def setup_report():
     gpus = [mx.gpu(i) for i in _working_gpus()]
     if gpus:
         names = ', '.join(f'{c} = {gpu_name(c.device_id)}' for c in gpus)
-        print(f'可用的GPU（{len(gpus)}块）：{names}')
+        print(f'可用的 GPU（{len(gpus)} 块）：{names}')
     else:
-        print('没有可用的GPU：本笔记本在CPU上运行，需要多个设备的地方用 CPU 上下文 '
+        print('没有可用的 GPU：本笔记本在 CPU 上运行，需要多个设备的地方用 CPU 上下文 '
               'mx.cpu(0)、mx.cpu(1)… 代替。')

@@ -344,7 +344,9 @@ def _machine_notes(edition, rows):
             'what a GPU gains: first-copy, allocation, launch and pinned-memory figures are '
             'measured on the CPU standing in for the GPU, and the two "devices" of the '
             'multi-device figures (tagged "2 devices = the same CPU cores") share the same '
-            'cores, so a speed-up near 1x or below is expected and says nothing about two GPUs.')
+            'cores, so their speed-up stays near 1x (a little above where one device alone '
+            'leaves a core idle, below where the two fight for them) and says nothing about '
+            'two GPUs.')
     elif max(gpus) == 1:
         notes.append(f'**One GPU** that {framework} could use: figures tagged "only 1 GPU" '
                      'did not compare two GPUs (the notebook says what it ran on).')

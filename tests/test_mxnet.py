@@ -43,8 +43,8 @@ def test_describe_devices_says_what_runs(monkeypatch):
     assert 'cpu(0), cpu(1)' in text and 'CPU' in text
     short = d2l.describe_devices([mx.gpu(0)], 2)
     assert '只有 1 个' in short and 'gpu(0)' in short
-    assert d2l.describe_devices([mx.gpu(0), mx.gpu(1)], 2).startswith('在 2 块GPU上运行')
-    assert d2l.describe_devices([mx.cpu(0)], 1) == '没有可用的GPU：在 CPU 上下文 cpu(0) 上运行。'
+    assert d2l.describe_devices([mx.gpu(0), mx.gpu(1)], 2).startswith('在 2 块 GPU 上运行')
+    assert d2l.describe_devices([mx.cpu(0)], 1) == '没有可用的 GPU：在 CPU 上下文 cpu(0) 上运行。'
 
 
 def test_split_and_load_even():

@@ -254,7 +254,7 @@ def setup_report():
           f'CPU cores: {os.cpu_count()}')
     if num_gpus():
         names = ', '.join(f'cuda:{i} = {gpu_name(i)}' for i in range(num_gpus()))
-        print(f'可用的GPU（{num_gpus()}块）：{names}')
+        print(f'可用的 GPU（{num_gpus()} 块）：{names}')
     else:
-        print('没有可用的GPU：本笔记本在CPU上运行，需要GPU的地方由CPU代替，'
-              '多GPU的代码路径同样能跑通，但不会更快。')
+        print('没有可用的 GPU：本笔记本在 CPU 上运行，需要 GPU 的地方由 CPU 代替，'
+              '多 GPU 的代码路径同样能跑通，但不会更快。')

@@ -1,7 +1,7 @@
 """Time to accuracy (beyond the book): :data:`FAST_RECIPE`, the option set of
 :func:`d2lzh.torch.train` measured fastest from a cold start to 0.92 test
 accuracy on one H100 (``bench/bench_torch.py time_to_accuracy``; notebook
-在现代GPU上把训练跑满), and the fused SGD update that ``train`` uses with those
+在现代 GPU 上把训练跑满), and the fused SGD update that ``train`` uses with those
 options on a GPU. The loop itself is ``train``'s, the same as for every other
 option set and for DistributedDataParallel.
 

@@ -1,6 +1,6 @@
 """Training loops of the PyTorch edition (book 8.5 and beyond): ``train``, the
 one epoch loop, on one device or in every DistributedDataParallel process,
-with the options of the notebook 在现代GPU上把训练跑满 (bf16, channels_last,
+with the options of the notebook 在现代 GPU 上把训练跑满 (bf16, channels_last,
 torch.compile, the whole step as a CUDA graph, SGD momentum, cosine or linear
 schedule, checkpoints, and the time-to-accuracy options: early stop at a
 target accuracy, start-up timed apart), and ``train_data_parallel``
@@ -187,7 +187,7 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, amp=False,
 
     With the defaults this is the book's loop: fp32, plain SGD at a constant
     learning rate, one Python-driven step per batch. The options add the
-    techniques of the notebook "在现代GPU上把训练跑满". Each epoch is timed from
+    techniques of the notebook "在现代 GPU 上把训练跑满". Each epoch is timed from
     its first batch to a synchronisation after its last; the test-set
     evaluation after it is timed separately.
 
