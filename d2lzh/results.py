@@ -130,9 +130,19 @@ def read_results(path):
     return {k: (v['value'], v['unit']) for k, v in read_figures(path).items()}
 
 
+#: Where :func:`load_reference` downloads from instead of the repository: a URL that
+#: ends with ``/`` (``file://CHECKOUT/`` when scripts/cloud_runtime.py stands a checkout
+#: in for the repository, as ``D2LZH_SOURCE`` does for the package).
+REFERENCE_URL_ENV = 'D2LZH_REFERENCE_URL'
+
+
 def _raw_url(path):
     """The download URL of ``path`` in the project's repository (from the one
-    repository URL, see :func:`d2lzh.install._repository`), or None."""
+    repository URL, see :func:`d2lzh.install._repository`, or
+    ``$D2LZH_REFERENCE_URL``), or None."""
+    base = os.environ.get(REFERENCE_URL_ENV)
+    if base:
+        return base.rstrip('/') + '/' + path
     from .install import _repository
     repository = _repository()
     if repository is None:

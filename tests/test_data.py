@@ -338,6 +338,7 @@ def test_load_reference_from_the_checkout_then_the_repository(tmp_path, monkeypa
     here = results.load_reference(name)
     with open(os.path.join(os.path.dirname(__file__), '..', *name.split('/'))) as f:
         assert here == json.load(f)
+    monkeypatch.delenv(results.REFERENCE_URL_ENV, raising=False)
     owner, repo, branch = __import__('d2lzh.install').install._repository()
     assert results._raw_url('a/b.json') == \
         f'https://raw.githubusercontent.com/{owner}/{repo}/{branch}/a/b.json'
@@ -346,7 +347,7 @@ def test_load_reference_from_the_checkout_then_the_repository(tmp_path, monkeypa
     (served / 'bench' / 'ref.json').write_text('{"device": "test"}')
     (served / 'bench' / 'bad.json').write_text('{"device": ')
     server = _Server(served)
-    monkeypatch.setattr(results, '_raw_url', lambda path: server.url + path)
+    monkeypatch.setenv(results.REFERENCE_URL_ENV, server.url)
     try:
         assert results.load_reference('bench/ref.json') == {'device': 'test'}
         assert results.load_reference('bench/bad.json') is None
