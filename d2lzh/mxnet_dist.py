@@ -20,6 +20,14 @@ Without ``DMLC_ROLE`` (plain ``python -m d2lzh.mxnet_dist``) it trains in this
 one process without a kvstore, on the combined batch of ``--workers`` workers:
 the result the distributed job must reproduce.
 
+``--step-batch local`` demonstrates a common mistake: every worker calls
+``trainer.step(batch_size)`` instead of ``trainer.step(batch_size *
+num_workers)``. The servers sum W workers' gradients, so dividing by the local
+batch gives W times the mean gradient of the global batch: plain SGD (this
+program's optimizer, no momentum, no weight decay) then trains exactly as one
+process would with W times the learning rate. The default, ``global``, is the
+correct call.
+
 Every process guards itself too: it removes ``$PORT`` (ps-lite would bind
 every process to that port), and a watchdog thread ends it after ``--timeout``
 seconds or when its launcher has gone (ps-lite itself never notices a dead
@@ -37,6 +45,7 @@ import traceback
 import numpy as np
 
 ROLES = ('scheduler', 'server', 'worker')
+STEP_BATCHES = ('global', 'local')  # what trainer.step gets: batch_size * num_workers or batch_size
 PREFIX = 'd2lzh.mxnet_dist'
 # Set by d2lzh.mxnet_launch for each process it starts.
 STATUS_ENV = 'D2LZH_DIST_STATUS'   # file this process writes its role/rank/error to
@@ -193,7 +202,7 @@ def batch_indices(num_examples, batch_size, num_workers, rank, epoch, seed):
 
 
 def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=None, lr=0.1,
-          max_examples=2048, seed=0, fault=None, on_start=None, root=None):
+          max_examples=2048, seed=0, fault=None, on_start=None, root=None, step_batch='global'):
     """Train :func:`lenet` with ``gluon.Trainer``, alone or as one worker of a job.
 
     With a distributed kvstore (``'dist_sync'``, ``'dist_async'``) this process
@@ -202,6 +211,16 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
     num_workers``, so that the servers average the gradients over the global
     batch. Without one (None or ``'local'``) it trains on the whole global
     batch of ``num_workers`` workers in one process: the reference result.
+
+    ``step_batch='local'`` makes it call ``trainer.step(batch_size)`` instead,
+    the mistake of exercise 2 in notebook 07_distributed-training, in both
+    modes alike: the sum of the gradients over ``batch_size * num_workers``
+    examples is divided by ``batch_size``, W times the mean gradient. With
+    this function's optimizer (plain SGD, no weight decay) that is exactly
+    training with ``lr * num_workers`` (up to the rounding of the servers'
+    sum); momentum would keep this exact, weight decay would not (its term
+    ``lr * wd * weight`` grows with the learning rate but not with the
+    gradient's divisor).
 
     Args:
         kvstore (str or None): kvstore type.
@@ -221,6 +240,9 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
             num_workers)`` once the kvstore exists.
         root (str or None): folder searched first for Fashion-MNIST (see
             :func:`d2lzh.data.load_fashion_mnist`).
+        step_batch (str): what ``trainer.step`` gets: ``'global'`` (default,
+            correct): ``batch_size * num_workers``; ``'local'``: ``batch_size``,
+            there only to show what that mistake does.
 
     Returns:
         dict: ``params`` (list of float32 numpy arrays in ``collect_params``
@@ -228,10 +250,12 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
         ``global_batch``, ``losses`` (mean training loss per step),
         ``compute_s`` and ``step_s`` (seconds per step: forward + backward,
         and ``trainer.step`` incl. communication, each synchronised),
-        ``param_bytes`` (bytes of all parameters, float32).
+        ``param_bytes`` (bytes of all parameters, float32), ``lr`` and
+        ``step_batch`` (as given).
 
     Raises:
-        ValueError: invalid sizes, or ``num_workers`` disagrees with the kvstore.
+        ValueError: invalid sizes, an unknown ``step_batch``, or ``num_workers``
+            disagrees with the kvstore.
         RuntimeError: the injected fault.
     """
     from ._compat import import_mxnet
@@ -241,6 +265,10 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
 
     check_positive_int('batch_size', batch_size)
     check_positive_int('epochs', epochs)
+    if step_batch not in STEP_BATCHES:
+        raise ValueError(f'step_batch={step_batch!r} is not valid: use \'global\' (trainer.step '
+                         'gets batch_size * num_workers, correct) or \'local\' (batch_size, to '
+                         'show that mistake)')
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
                                   or max_steps < 0):
         raise ValueError(f'max_steps={max_steps!r} is not valid: it must be a whole number >= 0 '
@@ -269,6 +297,7 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
     trainer = gluon.Trainer(params, 'sgd', {'learning_rate': lr}, kvstore=kv)
     loss = gluon.loss.SoftmaxCrossEntropyLoss()
     global_batch = batch_size * workers
+    step_size = global_batch if step_batch == 'global' else batch_size
     losses, compute_s, step_s = [], [], []
     step = 0
     for epoch in range(epochs):
@@ -287,7 +316,7 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
             losses.append(float(l.mean().asscalar()))
             nd.waitall()
             middle = time.perf_counter()
-            trainer.step(global_batch)
+            trainer.step(step_size)
             nd.waitall()
             end = time.perf_counter()
             compute_s.append(middle - start)
@@ -297,7 +326,8 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
     return {'params': values, 'names': list(params.keys()), 'rank': rank,
             'num_workers': workers, 'kvstore': kvstore, 'steps': step,
             'global_batch': global_batch, 'losses': losses, 'compute_s': compute_s,
-            'step_s': step_s, 'param_bytes': int(sum(v.size for v in values) * 4)}
+            'step_s': step_s, 'param_bytes': int(sum(v.size for v in values) * 4), 'lr': lr,
+            'step_batch': step_batch}
 
 
 def save_result(result, folder):
@@ -340,6 +370,10 @@ def _parser():
     p.add_argument('--max-examples', default='2048',
                    help="first N training images, or 'all' (default 2048)")
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--step-batch', default='global', choices=STEP_BATCHES,
+                   help='what trainer.step gets: global = --batch-size x workers (default, '
+                        'correct); local = --batch-size, a mistake shown on purpose: with plain '
+                        'SGD it trains as if the learning rate were multiplied by the workers')
     p.add_argument('--data-dir', default=None,
                    help='folder searched first for Fashion-MNIST (on a cluster: a shared folder; '
                         '$D2LZH_DATA_DIR does not travel through the ssh launcher)')
@@ -396,6 +430,7 @@ def main(argv=None):
                        num_workers=None if role else args.workers, epochs=args.epochs,
                        max_steps=args.max_steps, lr=args.lr, max_examples=args.max_examples,
                        seed=args.seed, fault=fault, root=args.data_dir,
+                       step_batch=args.step_batch,
                        on_start=lambda kv, rank, n: write_status(rank=rank, num_workers=n))
         if args.out:
             save_result(result, args.out)
@@ -403,8 +438,11 @@ def main(argv=None):
             return 0
         compute, step = np.median(result['compute_s']), np.median(result['step_s'])
         who = 'single process' if result['rank'] is None else f'worker rank {result["rank"]}'
+        mistake = (f' (trainer.step({args.batch_size}): --step-batch local)'
+                   if args.step_batch == 'local' else '')
         print(f'[{PREFIX}] {who} of {result["num_workers"]}: {result["steps"]} steps, '
-              f'global batch {result["global_batch"]}, final loss {result["losses"][-1]:.4f}, '
+              f'global batch {result["global_batch"]}{mistake}, '
+              f'final loss {result["losses"][-1]:.4f}, '
               f'median compute {compute * 1e3:.1f} ms + trainer.step {step * 1e3:.1f} ms',
               flush=True)
     except BaseException as err:  # noqa: B902 (report everything, then leave at once)

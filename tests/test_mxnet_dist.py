@@ -138,6 +138,31 @@ def test_two_workers_equal_one_process_on_the_combined_batch(tmp_path):
         assert np.abs(a - c).max() > 1e-4 or a.ndim == 1  # training changed the weights
 
 
+def test_step_with_the_local_batch_multiplies_the_learning_rate(tmp_path):
+    # trainer.step(B) instead of trainer.step(B * W): the servers' sum of W workers' gradients
+    # divided by B is W times the mean gradient. The worker's plain SGD (no weight decay) then
+    # trains exactly as one process with learning rate W * lr, up to the order of the sums.
+    code, out, seconds, tag = launch('--step-batch', 'local', '--out', str(tmp_path))
+    assert code == 0, out
+    assert f'global batch {2 * BATCH} (trainer.step({BATCH}): --step-batch local)' in out
+    assert_nothing_left(tag)
+    w0 = mxnet_dist.load_result(tmp_path, 'worker-0')
+    w1 = mxnet_dist.load_result(tmp_path, 'worker-1')
+    assert (w0['steps'], w0['step_batch']) == (STEPS, 'local')
+    for a, b in zip(w0['params'], w1['params']):
+        np.testing.assert_array_equal(a, b)
+    kwargs = dict(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=STEPS,
+                  max_examples=1024)
+    correct = mxnet_dist.train(lr=w0['lr'], **kwargs)
+    scaled = mxnet_dist.train(lr=2 * w0['lr'], **kwargs)
+    for a, b in zip(w0['params'], scaled['params']):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    # ... and not the correct result: far beyond the rounding allowed above.
+    assert max(float(np.abs(a - b).max()) for a, b in zip(w0['params'], correct['params'])) > 1e-3
+    with pytest.raises(ValueError, match="step_batch='worker' is not valid"):
+        mxnet_dist.train(step_batch='worker', **kwargs)
+
+
 @pytest.mark.parametrize('mode, said', [('raise', 'RuntimeError: injected fault'),
                                         ('kill', 'killed by SIGKILL')])
 def test_a_failing_worker_ends_the_whole_job(mode, said):
