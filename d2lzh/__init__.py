@@ -14,16 +14,13 @@ Modules: :mod:`d2lzh.data` (Fashion-MNIST files, numpy), :mod:`d2lzh.timing`
 """
 import importlib
 
-from ._compat import prepare_mxnet_import
+from ._compat import prepare_on_import
 from .results import record
 from .timing import Benchmark, Timer
 
 __version__ = '1.1.0'
 
-try:
-    prepare_mxnet_import()
-except ImportError:  # reported again, with its fix, when MXNet is first needed
-    pass
+prepare_on_import()  # at the first `import mxnet`: the PyTorch edition never pays for it
 
 _LAZY = {
     # name -> module that defines it

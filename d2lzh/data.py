@@ -377,6 +377,51 @@ def max_examples_from_env():
     return parse_max_examples(os.environ.get('D2LZH_MAX_EXAMPLES'), 'D2LZH_MAX_EXAMPLES')
 
 
+def _read_fast(folder, spec):
+    """Verified decompressed bytes of ``spec``'s file in ``folder``, and the path read.
+
+    Decompressing the four ``.gz`` files takes about 0.3 s, a large part of a
+    cold start (notebook 在现代 GPU 上把训练跑满). So the decompressed file
+    (``spec.name`` without ``.gz``, 55 MB for all four) is read first when it
+    is there, and after a ``.gz`` has been read and verified, its decompressed
+    content is written beside it (not into ``SYSTEM_DIR``): to a temporary file
+    that is then renamed, so no process ever sees half of it. Either way the
+    SHA-256 of the content is checked. A decompressed copy that fails the check
+    is not used, not changed and not deleted: the ``.gz`` is read instead, with
+    a :class:`DataDirWarning`. A folder that cannot be written to just gets no
+    copy.
+
+    Raises:
+        CorruptDataError: the file that was read (the ``.gz``, or the only
+            file there is) fails verification.
+    """
+    plain, packed = folder / spec.name, folder / (spec.name + '.gz')
+    if plain.is_file():
+        try:
+            return _read_verified(plain, spec, gz=False), plain
+        except CorruptDataError as err:
+            if not packed.is_file():
+                raise
+            warnings.warn(f'{plain.name} in {folder} fails verification and was not used '
+                          f'({str(err).splitlines()[0]}); reading {packed.name} instead. Delete '
+                          f'{plain.name} to have a good copy written again.', DataDirWarning,
+                          stacklevel=3)
+            return _read_verified(packed, spec), packed
+    content = _read_verified(packed, spec)
+    if folder.resolve() != SYSTEM_DIR.resolve():
+        tmp = None
+        try:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=f'.{spec.name}.',
+                                             delete=False) as f:
+                tmp = f.name
+                f.write(content)
+            os.replace(tmp, plain)
+        except OSError:  # read-only folder, disk full: no copy, nothing left behind
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+    return content, packed
+
+
 def load_fashion_mnist(root=None, max_examples=None, download=True, progress=True):
     """Load Fashion-MNIST as numpy arrays, verified.
 
@@ -394,6 +439,9 @@ def load_fashion_mnist(root=None, max_examples=None, download=True, progress=Tru
         images uint8 of shape (N, 28, 28), labels int32 of shape (N,), with
         N <= 60000 for training and N <= 10000 for test.
 
+    A decompressed copy of each file is kept beside the ``.gz`` and read from
+    then on (0.3 s less per start; see ``_read_fast``).
+
     Raises:
         FashionMNISTNotFoundError: see :func:`find_fashion_mnist`.
         CorruptDataError: a file fails verification (the message names it).
@@ -406,8 +454,8 @@ def load_fashion_mnist(root=None, max_examples=None, download=True, progress=Tru
     folder = find_fashion_mnist(root, download=download, progress=progress)
     arrays = {}
     for key, spec in FILES.items():
-        path = _file_in(folder, spec)
-        arrays[key] = read_idx(_read_verified(path, spec), str(path))
+        content, path = _read_fast(folder, spec)
+        arrays[key] = read_idx(content, str(path))
     out = []
     for split in ('train', 'test'):
         images, labels = arrays[split + '_images'], arrays[split + '_labels']

@@ -47,7 +47,7 @@ import time
 from collections import namedtuple
 from pathlib import Path
 
-from . import _cuda11
+from . import _compat, _cuda11
 
 MXNET_VERSION = '1.9.1'
 MIN_TORCH = (2, 4)
@@ -420,6 +420,8 @@ class _OnDemandInstaller(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in ('mxnet', 'torch') or fullname in self.done:
             return None
+        if _compat._PrepareOnImport.busy:
+            return None  # d2lzh looking mxnet up while it prepares an import that came here
         if not _imported_by_notebook_or_d2lzh():
             return None  # another library probing for mxnet/torch installs nothing
         self.done.add(fullname)

@@ -141,8 +141,8 @@ def main(argv=None):
             return 1
         print(f'simulated runtime: venv {t:.0f} s, preinstalled packages {t2:.0f} s')
     versions = json.loads(subprocess.run(
-        [str(py), '-c', 'import json, numpy, torch, importlib.util as u; print(json.dumps('
-         '[numpy.__version__, torch.__version__, u.find_spec("d2lzh") is None, '
+        [str(py), '-c', 'import json, numpy, importlib.metadata as m, importlib.util as u; '
+         'print(json.dumps([numpy.__version__, m.version("torch"), u.find_spec("d2lzh") is None, '
          'u.find_spec("mxnet") is None]))'],
         capture_output=True, text=True, check=True, cwd=build).stdout)
     numpy_version, torch_version, no_d2lzh, no_mxnet = versions

@@ -130,6 +130,48 @@ def test_download_false_raises_without_network(isolated):
         data.find_fashion_mnist(download=False)
 
 
+def test_decompressed_copy_is_written_then_read(isolated, tiny_dataset):
+    folder, arrays = tiny_dataset
+    data.load_fashion_mnist(folder)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(  # no temporary file left
+        name for s in data.FILES.values() for name in (s.name, s.name + '.gz'))
+    for spec in data.FILES.values():  # the copies are what the next load reads
+        (folder / (spec.name + '.gz')).write_bytes(b'not gzip')
+    xtr, ytr, xte, yte = data.load_fashion_mnist(folder)
+    np.testing.assert_array_equal(xtr, arrays['train_images'])
+    np.testing.assert_array_equal(yte, arrays['test_labels'])
+
+
+def test_corrupt_decompressed_copy_is_not_used_nor_replaced(isolated, tiny_dataset):
+    folder, arrays = tiny_dataset
+    data.load_fashion_mnist(folder)
+    plain = folder / 'train-labels-idx1-ubyte'
+    bad = bytearray(plain.read_bytes())
+    bad[-1] ^= 0xFF
+    plain.write_bytes(bytes(bad))
+    with pytest.warns(data.DataDirWarning, match='train-labels-idx1-ubyte in .* fails '
+                      'verification.*reading train-labels-idx1-ubyte.gz instead'):
+        _, ytr, _, _ = data.load_fashion_mnist(folder)
+    np.testing.assert_array_equal(ytr, arrays['train_labels'])
+    assert plain.read_bytes() == bytes(bad)
+
+
+def test_no_decompressed_copy_in_the_system_folder_or_when_writing_fails(
+        isolated, tiny_dataset, tmp_path, monkeypatch):
+    for f in tiny_dataset[0].iterdir():
+        shutil.copy(f, isolated['system'])
+    data.load_fashion_mnist()
+    assert all(p.suffix == '.gz' for p in isolated['system'].iterdir())
+
+    def fail(*args):
+        raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(data.os, 'replace', fail)
+    folder = _copy(tiny_dataset[0], tmp_path / 'full-disk')
+    _, ytr, _, _ = data.load_fashion_mnist(folder)
+    np.testing.assert_array_equal(ytr, tiny_dataset[1]['train_labels'])
+    assert all(p.suffix == '.gz' for p in folder.iterdir())  # the temporary files removed
+
+
 # ----------------------------------------------------------- corrupt files
 
 def test_truncated_gz_is_rejected_and_named(isolated, tiny_dataset):
@@ -202,7 +244,7 @@ def test_download_verifies_and_renames(isolated, tiny_dataset, monkeypatch):
         server.close()
     np.testing.assert_array_equal(xte, tiny_dataset[1]['test_images'])
     assert sorted(p.name for p in isolated['cache'].iterdir()) == sorted(
-        s.name + '.gz' for s in data.FILES.values())
+        name for s in data.FILES.values() for name in (s.name, s.name + '.gz'))
 
 
 def test_interrupted_download_leaves_no_partial_file(isolated, tiny_dataset, monkeypatch):

@@ -24,6 +24,19 @@ def test_import_d2lzh_does_not_import_mxnet():
     assert out.stdout.split()[-2:] == ['False', 'True']
 
 
+def test_mxnet_is_prepared_at_its_import_not_at_import_d2lzh():
+    """The PyTorch edition does not pay for MXNet's preparation (setuptools' distutils,
+    0.1-0.3 s of a cold start); a later `import mxnet` still gets it."""
+    out = _run('import sys\n'
+               'from d2lzh import torch as d2l, _compat\n'
+               'print(sorted(m for m in ("mxnet", "setuptools", "distutils") if m in sys.modules),'
+               ' _compat._prepared)\n'
+               'import mxnet\n'
+               'print(_compat._prepared, "distutils" in sys.modules)')
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ['[] False', 'True True']
+
+
 @pytest.mark.skipif(int(__import__('numpy').__version__.split('.')[0]) >= 2,
                     reason='numpy 2 has np.bool again (as np.bool_); the numpy-2 names are '
                            'checked by test_mxnet_under_numpy_2_names')
