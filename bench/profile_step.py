@@ -1,0 +1,142 @@
+"""Where the GPU time of one training step of ``d2l.FAST_RECIPE`` goes (issue 11).
+
+Not a test: run it on a machine with an NVIDIA GPU. Records the recipe's step (d2lzh
+ResNet-18, batch 512, bf16 autocast, channels_last, fused SGD with Nesterov momentum,
+label smoothing) as a CUDA graph, as ``d2l.train`` does, times 60 replays, then
+profiles 5 replays with ``torch.profiler`` and sorts every kernel into a category:
+
+* ``convolution``: cuDNN's convolution kernels (forward, data and weight gradients)
+  and their layout conversions;
+* ``conv_bias_grad`` / ``conv_bias_add``: the convolutions' bias terms, which PyTorch
+  computes outside cuDNN (a reduction over batch, height and width in the backward
+  pass, a broadcast add in the forward pass; one kernel per convolution, 20 per step);
+* ``batch_norm``: batch normalization, forward and backward;
+* ``other``: ReLU, residual additions, weight casts for autocast, the SGD update, loss.
+
+    python bench/profile_step.py [--out bench/results]
+
+Writes ``<out>/<device>-x1-<date>-recipe-step-profile.json`` (milliseconds per step for
+each category and for each kernel name) and prints the categories.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+from d2lzh import torch as d2l  # noqa: E402
+from d2lzh.torch.fast import _FusedSGD  # noqa: E402
+
+CONV_NAMES = ('xmma', 'cutlass', 'convolve', 'cask_plugin', 'nchwToNhwc', 'nhwcToNchw',
+              'ImplicitGemm')
+
+
+def category(name, calls_per_step, n_conv):
+    """The category of kernel ``name`` (see the module docstring)."""
+    if calls_per_step == n_conv and name.startswith('void at::native::reduce_kernel'):
+        return 'conv_bias_grad'
+    if (calls_per_step == n_conv and name.startswith('void at::native::elementwise_kernel')
+            and '_add' in name):
+        return 'conv_bias_add'
+    if 'batch_norm' in name:
+        return 'batch_norm'
+    if any(key in name for key in CONV_NAMES):
+        return 'convolution'
+    return 'other'
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--out', type=Path, default=ROOT / 'bench' / 'results')
+    parser.add_argument('--batch-size', type=int, default=d2l.FAST_BATCH_SIZE)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit('profile_step.py needs an NVIDIA GPU (it records a CUDA graph)')
+    dev = torch.device('cuda')
+    torch.backends.cudnn.benchmark = False
+    torch.manual_seed(0)
+    net = d2l.resnet18(10).to(dev, memory_format=torch.channels_last)
+    n_conv = sum(isinstance(m, torch.nn.Conv2d) for m in net.modules())
+    opt = _FusedSGD(net.parameters(), torch.tensor(0.05, device=dev), 0.9, 5e-4, True)
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    bs = args.batch_size
+    X = torch.rand(bs, 1, 28, 28, device=dev).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 10, (bs,), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast('cuda', torch.bfloat16, cache_enabled=False):
+            loss = loss_fn(net(X), y)
+        loss.backward()
+        opt.step()
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            step()
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph, stream=stream):
+        step()
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(60):
+        graph.replay()
+    torch.cuda.synchronize()
+    step_ms = (time.perf_counter() - start) / 60 * 1e3
+    reps = 5
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            graph.replay()
+        torch.cuda.synchronize()
+    kernels, cats = {}, {}
+    for ev in prof.key_averages():
+        t = getattr(ev, 'self_device_time_total', None)
+        if t is None:
+            t = ev.self_cuda_time_total
+        if t <= 0:
+            continue
+        calls = ev.count // reps
+        ms = t / reps / 1e3
+        kernels[ev.key] = {'ms_per_step': ms, 'calls_per_step': calls}
+        cat = category(ev.key, calls, n_conv)
+        kernels[ev.key]['category'] = cat
+        cats[cat] = cats.get(cat, 0.0) + ms
+    total = sum(cats.values())
+    result = {
+        'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+        'device': d2l.gpu_name(0), 'torch': torch.__version__, 'batch_size': bs,
+        'convolutions': n_conv, 'step_ms_timed': step_ms,
+        'images_per_s_timed': bs / step_ms * 1e3, 'kernel_ms_per_step': total,
+        'categories_ms_per_step': dict(sorted(cats.items(), key=lambda kv: -kv[1])),
+        'kernels': dict(sorted(kernels.items(), key=lambda kv: -kv[1]['ms_per_step'])),
+    }
+    print(f"{result['device']}, batch {bs}: {step_ms:.2f} ms per step "
+          f"({result['images_per_s_timed']:,.0f} images/s); kernels {total:.2f} ms:")
+    for cat, ms in result['categories_ms_per_step'].items():
+        print(f'  {cat:16s} {ms:6.2f} ms  {ms / total:6.1%}')
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = (f"{result['device'].replace(' ', '-')}-x1-{result['date'][:10]}"
+            '-recipe-step-profile.json')
+    (args.out / name).write_text(json.dumps(result, indent=1) + '\n')
+    if os.environ.get('OUT'):
+        Path(os.environ['OUT'], name).write_text(json.dumps(result, indent=1) + '\n')
+    for kernel, k in list(result['kernels'].items())[:15]:
+        print(f"  {k['ms_per_step']:6.3f} ms {k['calls_per_step']:3d}x {k['category']:15s} "
+              f'{kernel[:110]}')
+    print('written to', name)
+
+
+if __name__ == '__main__':
+    main()
