@@ -95,6 +95,19 @@ def _uninstall(py, names):
 
 
 def main(argv=None):
+    """Run :func:`_main`; remove the ``d2lzh.egg-info`` that pip's build of the checkout
+    (``D2LZH_SOURCE``) writes into the source tree, unless it was there before: left
+    behind, it makes ``importlib.metadata`` see d2lzh as installed from the repository root."""
+    egg_info = ROOT / 'd2lzh.egg-info'
+    had_egg_info = egg_info.exists()
+    try:
+        return _main(argv)
+    finally:
+        if not had_egg_info and egg_info.exists():
+            shutil.rmtree(egg_info, ignore_errors=True)
+
+
+def _main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('notebooks', nargs='*', default=DEFAULT_NOTEBOOKS)
     parser.add_argument('--python', default=sys.executable,

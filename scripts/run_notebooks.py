@@ -44,7 +44,9 @@ EDITIONS = {'mxnet': 'MXNet edition (notebooks/)',
             'pytorch': 'PyTorch edition (notebooks/pytorch/)'}
 # How the summary recognises kinds of figures by their key (see d2lzh/results.py).
 ACCURACY = re.compile(r'acc')
-TWO_DEVICES = re.compile(r'2dev|2v1|two_device|\d_?workers?|_sync_\d|_async_\d|ddp|(^|_)dp_')
+# a figure of two or more devices/processes ('ps_iteration_ms_1_worker' is one process)
+TWO_DEVICES = re.compile(r'2dev|2v1|two_device|(?<!\d)(?:[2-9]|\d\d)_?workers?'
+                         r'|_a?sync_(?:[2-9]|\d\d)(?!\d)|ddp|(^|_)dp_')
 MATHJAX_CONFIG = 'TeX-AMS-MML_HTMLorMML-full,Safe'
 # A chart's title in a cell's source: title='...', set_title(f'...'), suptitle('...').
 CHART_TITLE = re.compile(r"""(?:\btitle\s*=|title\()\s*f?(['"])(.+?)\1""")

@@ -244,6 +244,10 @@ def test_summary_says_what_a_cpu_cannot_show():
     assert run_notebooks.figure_tags('hybridize_speedup', fig) == []
     assert run_notebooks.figure_tags('ddp_speedup', dict(fig, gpus=1)) == ['only 1 GPU']
     assert run_notebooks.figure_tags('ddp_speedup', dict(fig, gpus=2)) == []
+    for key, two in (('ps_iteration_ms_1_worker', False), ('ps_iteration_ms_2_workers', True),
+                     ('copy_overlap_speedup_2workers', True), ('ps_trainer_step_ms_sync_2', True),
+                     ('ps_trainer_step_ms_async_2', True), ('loop_sync_once_s', False)):
+        assert (run_notebooks.figure_tags(key, fig) == ['2 devices = the same CPU cores']) is two
     row = {'name': 'n', 'status': 'ok', 'seconds': 1, 'finished': 't', 'cpu_cores': 2,
            'error': '', 'figures': {'gluon_time_ratio_2v1': fig}}
     text = run_notebooks.summary_markdown({'mxnet': [row]})
