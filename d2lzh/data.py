@@ -17,7 +17,9 @@ If none has them, they are downloaded from the upstream mirror (or
 ``$D2LZH_DATA_URL``) into the first writable place of 1-3. Every file, found
 or downloaded, is checked against the SHA-256 of its *decompressed* content
 before it is used, so a recompressed copy (Debian's) is accepted and a
-truncated, corrupt or wrong file never is.
+truncated, corrupt or wrong file never is. Beside each ``.gz`` read from 1-3,
+a verified decompressed copy is kept and read from then on (0.3 s less per
+start; see ``_read_fast``).
 """
 import gzip
 import hashlib
