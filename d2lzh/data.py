@@ -417,6 +417,7 @@ def _read_fast(folder, spec):
                                              delete=False) as f:
                 tmp = f.name
                 f.write(content)
+            os.chmod(tmp, packed.stat().st_mode & 0o777)  # readable by whoever reads the .gz
             os.replace(tmp, plain)
         except OSError:  # read-only folder, disk full: no copy, nothing left behind
             if tmp is not None and os.path.exists(tmp):

@@ -135,6 +135,8 @@ def test_decompressed_copy_is_written_then_read(isolated, tiny_dataset):
     data.load_fashion_mnist(folder)
     assert sorted(p.name for p in folder.iterdir()) == sorted(  # no temporary file left
         name for s in data.FILES.values() for name in (s.name, s.name + '.gz'))
+    for spec in data.FILES.values():  # as readable as the .gz (not a temp file's 0600)
+        assert (folder / spec.name).stat().st_mode == (folder / (spec.name + '.gz')).stat().st_mode
     for spec in data.FILES.values():  # the copies are what the next load reads
         (folder / (spec.name + '.gz')).write_bytes(b'not gzip')
     xtr, ytr, xte, yte = data.load_fashion_mnist(folder)
