@@ -1,0 +1,192 @@
+"""What both editions' distributed workers share (beyond the book; no framework here).
+
+* :func:`batch_indices`: the one sharding rule of data parallelism in this project. Step
+  t's global minibatch is the t-th run of ``batch_size * world_size`` examples of a
+  permutation every worker draws alike; worker ``rank`` takes its ``rank``-th slice. W
+  workers with minibatch B therefore see exactly the examples of one process with
+  minibatch W*B (the check both editions' tests make). Like ``DistributedSampler`` with
+  ``drop_last=True``, but cut per step rather than per epoch, which is what makes that
+  equality hold.
+* :func:`watch`: a worker's deadline and its launcher watch. A worker ends itself
+  (``os._exit``) when its deadline passes (exit code 124) or when its launcher is gone
+  (exit code 1): ps-lite never notices a dead peer, and torchrun's workers would run on
+  as orphans, holding their GPUs, if ``torchrun`` itself were killed.
+* :class:`Fault` and :func:`inject_faults`: the test seam that makes one worker fail on
+  purpose (tests, and the notebooks that show how a job ends). It wraps the worker's data
+  iterator from outside; the training loops know nothing of it.
+* the environment variables a launcher sets for its workers (:data:`LAUNCHER_PID_ENV`,
+  :data:`FAULT_ENV`).
+"""
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+#: pid of the launcher on this machine; its workers end when it is gone.
+LAUNCHER_PID_ENV = 'D2LZH_LAUNCHER_PID'
+#: ``KIND:RANK:STEP``: worker ``RANK`` fails before its minibatch number ``STEP``.
+FAULT_ENV = 'D2LZH_FAULT'
+
+
+def batch_indices(num_examples, batch_size, world_size, rank, epoch, seed):
+    """Which examples worker ``rank`` trains on at each step of ``epoch``.
+
+    Args:
+        num_examples (int): size of the training set.
+        batch_size (int): examples per worker and step.
+        world_size (int): number of workers.
+        rank (int or None): 0 .. world_size-1, or None for the whole global minibatch
+            (the one-process reference).
+        epoch (int), seed (int): select the permutation (``RandomState(seed + epoch)``).
+
+    Returns:
+        list of numpy.ndarray: int64 index arrays, one per step; the last incomplete
+        global minibatch is dropped, so every worker takes the same number of steps.
+
+    Raises:
+        ValueError: fewer examples than one global minibatch, or a bad rank.
+    """
+    global_batch = batch_size * world_size
+    steps = num_examples // global_batch
+    if steps < 1:
+        raise ValueError(f'{num_examples} training examples are fewer than one global minibatch '
+                         f'of {batch_size} x {world_size} workers = {global_batch}: use more '
+                         'examples (--max-examples) or a smaller --batch-size')
+    if rank is not None and not 0 <= rank < world_size:
+        raise ValueError(f'rank {rank} is not in 0..{world_size - 1}')
+    order = np.random.RandomState(seed + epoch).permutation(num_examples)
+    lo, hi = (0, global_batch) if rank is None else (rank * batch_size, (rank + 1) * batch_size)
+    return [order[t * global_batch + lo:t * global_batch + hi] for t in range(steps)]
+
+
+def _alive(pid):
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (OSError, IndexError):
+        return True
+
+
+def watch(timeout, who, on_deadline=None, interval=0.5):
+    """End this process at its deadline, or as soon as its launcher has gone.
+
+    The launcher has gone when this process's parent changes (it was re-parented), or when
+    the process named by ``$D2LZH_LAUNCHER_PID`` no longer runs. A daemon thread looks
+    every ``interval`` seconds and calls ``os._exit`` after printing why to stderr: 124 at
+    the deadline, 1 when orphaned.
+
+    Args:
+        timeout (float or None): seconds from now; None or <= 0: no deadline.
+        who (str): names this process in the message, e.g. ``'worker rank 1'``.
+        on_deadline (callable or None): called with the message just before exiting at
+            the deadline (e.g. to write a status file).
+        interval (float): seconds between two looks.
+
+    Returns:
+        threading.Thread: the started daemon thread.
+    """
+    parent = os.getppid()
+    launcher = int(os.environ.get(LAUNCHER_PID_ENV) or 0) or None
+    deadline = time.monotonic() + timeout if timeout and timeout > 0 else None
+
+    def run():
+        while True:
+            time.sleep(interval)
+            if deadline is not None and time.monotonic() > deadline:
+                message = f'{who} (pid {os.getpid()}): deadline of {timeout:g} s passed, exiting'
+                print(message, file=sys.stderr, flush=True)
+                if on_deadline is not None:
+                    on_deadline(message)
+                os._exit(124)
+            if os.getppid() != parent or (launcher is not None and not _alive(launcher)):
+                print(f'{who} (pid {os.getpid()}): its launcher (pid {launcher or parent}) has '
+                      'gone, exiting', file=sys.stderr, flush=True)
+                os._exit(1)
+
+    thread = threading.Thread(target=run, name='d2lzh-watch', daemon=True)
+    thread.start()
+    return thread
+
+
+class Fault:
+    """A failure to inject: worker ``rank`` fails before its minibatch number ``step``
+    (counted from 0 over the whole run), by raising RuntimeError (``kind='raise'``) or by
+    SIGKILL to itself (``kind='kill'``)."""
+
+    KINDS = ('raise', 'kill')
+
+    def __init__(self, kind, rank, step):
+        if kind not in self.KINDS:
+            raise ValueError(f'fault kind {kind!r} is not valid: use raise or kill')
+        self.kind, self.rank, self.step = kind, int(rank), int(step)
+
+    @classmethod
+    def parse(cls, text):
+        """``'KIND:RANK:STEP'`` (e.g. ``'kill:1:3'``) -> Fault; None or '' -> None.
+
+        Raises:
+            ValueError: the text is not of that form; the message shows one that is.
+        """
+        if not text:
+            return None
+        try:
+            kind, rank, step = text.split(':')
+            return cls(kind, rank, step)
+        except ValueError:
+            raise ValueError(f'fault {text!r} is not valid: use KIND:RANK:STEP with KIND raise '
+                             'or kill, e.g. kill:1:3 (worker rank 1, before its 4th '
+                             'minibatch)') from None
+
+    def __repr__(self):
+        return f'{self.kind}:{self.rank}:{self.step}'
+
+    def strike(self):
+        """Fail now, as ``kind`` says."""
+        if self.kind == 'kill':
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError(f'worker rank {self.rank} failed on purpose before minibatch '
+                           f'{self.step} ({FAULT_ENV}={self!r})')
+
+
+class _FaultyIter:
+    """``data_iter`` whose ``fault`` strikes before minibatch ``fault.step``; every other
+    attribute (``__len__``, ``set_epoch`` ...) is the wrapped iterator's."""
+
+    def __init__(self, data_iter, fault):
+        self._data_iter, self._fault, self._taken = data_iter, fault, 0
+
+    def __getattr__(self, name):
+        return getattr(self._data_iter, name)
+
+    def __len__(self):
+        return len(self._data_iter)
+
+    def __iter__(self):
+        for batch in self._data_iter:
+            if self._taken == self._fault.step:
+                self._fault.strike()
+            self._taken += 1
+            yield batch
+
+
+def inject_faults(data_iter, rank, text=None):
+    """The test seam: ``data_iter`` itself, or wrapped so that it fails as ``text`` (default
+    ``$D2LZH_FAULT``) asks when ``rank`` is the rank named there.
+
+    Raises:
+        ValueError: the fault text is not valid (see :meth:`Fault.parse`).
+    """
+    fault = Fault.parse(os.environ.get(FAULT_ENV) if text is None else text)
+    if fault is None or fault.rank != rank:
+        return data_iter
+    return _FaultyIter(data_iter, fault)
