@@ -1,44 +1,61 @@
-"""Key figures measured by a notebook, collected for ``make run``'s summary (beyond the book).
+"""What a notebook measured, and on how much data (beyond the book).
 
-A notebook calls ``d2l.record('hybridize_speedup', 2.4, 'x')``. When the
-environment variable ``D2LZH_RESULTS`` names a file (``make run`` sets one per
-notebook), the figure is appended to it as one JSON line; otherwise it is
-only kept in memory (:data:`RECORDED`). The value is returned unchanged.
-
-Each figure also carries what it was measured on, so that the summary can say
-what it means on the reader's machine:
-
-* ``subset``: the number of training images of the data subset the notebook
-  chose last (:func:`note_data_subset`, called by
-  ``d2l.choose_max_examples``), or None for the full data set or when the
-  notebook trains nothing;
-* ``gpus``: how many GPUs the notebook's framework could use when the figure
-  was recorded (None when no framework helper was imported);
-* ``note``: free text given by the notebook (``record(..., note='...')``).
-
-The summary recognises accuracies by ``acc`` in the key and two-device
-comparisons by ``2dev``, ``2v1``, ``two_device``, ``2workers``, ``ddp`` or
-``dp_`` in the key: name new keys that way.
+* :func:`record` keeps one key figure for ``make run``'s summary: with ``$D2LZH_RESULTS``
+  naming a file (``make run`` sets one per notebook) it is appended there as one JSON line,
+  with the data subset it was trained on and the GPUs the framework could use.
+* :func:`choose_max_examples` decides how much of Fashion-MNIST a training cell uses
+  (all of it with a GPU, a subset on a CPU, or ``$D2LZH_MAX_EXAMPLES``) and remembers the
+  choice for the figures recorded after it.
+* :func:`load_reference` reads a stored benchmark JSON of the repository that a notebook
+  quotes, from the checkout or, for a notebook opened alone, from the repository.
 """
 import json
+import numbers
 import os
 import sys
 
-#: ``{key: (value, unit)}`` of every figure recorded in this process.
-RECORDED = {}
-#: What the figures recorded from now on were measured on (see the module doc).
+from . import project
+
+#: What the figures recorded from now on were measured on: ``{'subset': int or None}``.
 CONTEXT = {}
+#: Where :func:`load_reference` downloads from instead of the repository: a URL ending in
+#: ``/`` (``file://CHECKOUT/`` when scripts/cloud_runtime.py stands a checkout in for it).
+REFERENCE_URL_ENV = 'D2LZH_REFERENCE_URL'
 
 
-def note_data_subset(num_train, gpu_available=None):
-    """Say which part of Fashion-MNIST the following figures were trained on.
+def parse_max_examples(value, what='max_examples'):
+    """A subset size: a positive int (or string of digits) -> int; None or 'all' -> None.
 
-    Called by ``d2l.choose_max_examples``; notebooks rarely need it directly.
+    Raises:
+        ValueError: anything else (zero, negative, fractional, other text), naming ``what``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ('', 'all'):
+            return None
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0:
+        return int(value)  # int or a numpy integer
+    raise ValueError(f'{what}={value!r} is not valid: use a positive whole number of examples '
+                     "(e.g. 2000) or 'all' for the full data set (60,000 training and 10,000 "
+                     'test images).')
 
-    Args:
-        num_train (int or None): training images used (the first N of
-            60,000), None for the full data set.
-        gpu_available (bool or None): whether the framework found a GPU.
+
+def max_examples_from_env():
+    """``$D2LZH_MAX_EXAMPLES`` as an int, or None when unset or ``all``.
+
+    Raises:
+        ValueError: the variable holds anything but a positive whole number or ``all``.
+    """
+    return parse_max_examples(os.environ.get('D2LZH_MAX_EXAMPLES'), 'D2LZH_MAX_EXAMPLES')
+
+
+def note_data_subset(num_train):
+    """Say that the figures recorded from now on were trained on the first ``num_train``
+    training images (None: the full data set). Called by :func:`choose_max_examples`.
 
     Raises:
         ValueError: ``num_train`` is neither None nor a positive int.
@@ -48,34 +65,61 @@ def note_data_subset(num_train, gpu_available=None):
         raise ValueError(f'note_data_subset: num_train must be a positive int or None, '
                          f'got {num_train!r}')
     CONTEXT['subset'] = num_train
-    if gpu_available is not None:
-        CONTEXT['gpu_available'] = bool(gpu_available)
+
+
+def choose_max_examples(cpu_default, gpu_available):
+    """How much of Fashion-MNIST a training cell uses; prints the choice and why (Chinese).
+
+    ``$D2LZH_MAX_EXAMPLES``, when set, decides. Otherwise a machine with a working GPU uses
+    the whole data set (the book's settings) and a CPU-only machine the first
+    ``cpu_default`` training and test examples, so that the notebook ends in minutes.
+    Each edition's ``d2l.choose_max_examples(cpu_default)`` calls this with its own answer
+    to ``gpu_available`` (bool).
+
+    Returns:
+        int or None: the subset size, None for the full data set.
+
+    Raises:
+        ValueError: ``$D2LZH_MAX_EXAMPLES`` or ``cpu_default`` is invalid.
+    """
+    train_size, test_size = 60000, 10000
+    env = os.environ.get('D2LZH_MAX_EXAMPLES', '').strip()
+    if env:
+        n, why = max_examples_from_env(), f'环境变量 D2LZH_MAX_EXAMPLES={env}'
+    elif gpu_available:
+        n, why = None, '检测到可用的 GPU，按书中设置'
+    else:
+        n = parse_max_examples(cpu_default, 'cpu_default')
+        why = ('没有可用的 GPU：为了在 CPU 上几分钟内跑完，只用数据的一个子集'
+               '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2 核 CPU 上会慢得多）')
+    note_data_subset(None if n is None else min(n, train_size))
+    if n is None:
+        print(f'{why}：使用全部 {train_size} 张训练图像和 {test_size} 张测试图像。')
+    else:
+        print(f'{why}：使用前 {min(n, train_size)}/{train_size} 张训练图像和前 '
+              f'{min(n, test_size)}/{test_size} 张测试图像。')
+    return n
 
 
 def _gpus_in_use():
-    """GPUs usable by the framework helper the notebook imported, or None."""
-    torch_helpers = sys.modules.get('d2lzh.torch')
-    if torch_helpers is not None:
-        return int(torch_helpers.num_gpus())
-    mxnet_helpers = sys.modules.get('d2lzh.mxnet')
-    if mxnet_helpers is not None:
-        return sum(1 for ctx in mxnet_helpers.try_all_gpus() if ctx.device_type == 'gpu')
+    """GPUs usable by the framework edition the notebook imported, or None."""
+    if 'd2lzh.torch' in sys.modules:
+        return int(sys.modules['d2lzh.torch'].num_gpus())
+    if 'd2lzh.mxnet' in sys.modules:
+        return sum(c.device_type == 'gpu' for c in sys.modules['d2lzh.mxnet'].try_all_gpus())
     return None
 
 
 def record(key, value, unit='', note=None):
-    """Keep one measured figure.
+    """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged.
 
     Args:
-        key (str): short name, e.g. ``'epoch_time_2dev'`` (see the module doc
-            for the words the summary recognises).
+        key (str): short name, e.g. ``'epoch_time_2dev'``. The summary recognises
+            accuracies by ``acc`` in the key and two-device comparisons by ``2dev``,
+            ``2v1``, ``two_device``, ``2workers``, ``ddp`` or ``dp_``.
         value (float, int or str): the figure as measured.
         unit (str): e.g. ``'s'``, ``'images/s'``, ``'x'``.
-        note (str or None): shown beside the figure in ``make run``'s summary,
-            e.g. ``'cpu(0) and cpu(1) share the same cores'``.
-
-    Returns:
-        The ``value`` argument.
+        note (str or None): shown beside the figure in the summary.
 
     Raises:
         ValueError: ``key`` is empty or not a str, or ``note`` is not a str.
@@ -84,11 +128,10 @@ def record(key, value, unit='', note=None):
         raise ValueError(f'record: key must be a non-empty str, got {key!r}')
     if note is not None and not isinstance(note, str):
         raise ValueError(f'record: note must be a str or None, got {note!r}')
-    RECORDED[key] = (value, unit)
     path = os.environ.get('D2LZH_RESULTS')
     if path:
-        item = {'key': key, 'value': value, 'unit': unit,
-                'subset': CONTEXT.get('subset'), 'gpus': _gpus_in_use()}
+        item = {'key': key, 'value': value, 'unit': unit, 'subset': CONTEXT.get('subset'),
+                'gpus': _gpus_in_use()}
         if note:
             item['note'] = note
         with open(path, 'a', encoding='utf-8') as f:
@@ -97,15 +140,11 @@ def record(key, value, unit='', note=None):
 
 
 def read_figures(path):
-    """Read a file written by :func:`record`.
-
-    Returns:
-        dict: ``{key: {'value', 'unit', 'subset', 'gpus', 'note'}}`` in the
-        order first recorded (a key recorded twice keeps its last value). A
-        missing file gives ``{}``.
+    """The figures :func:`record` wrote to ``path``: ``{key: {'value', 'unit', 'subset',
+    'gpus', 'note'}}`` in the order first recorded (a later line wins); ``{}`` without a file.
 
     Raises:
-        ValueError: a line is not valid JSON (the message names the file).
+        ValueError: a line is not valid JSON (the message names the file and line).
     """
     out = {}
     if not os.path.exists(path):
@@ -118,64 +157,31 @@ def read_figures(path):
                 item = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f'{path}, line {number}: not a recorded figure ({err})') from err
-            out[item['key']] = {'value': item['value'], 'unit': item.get('unit', ''),
-                                'subset': item.get('subset'), 'gpus': item.get('gpus'),
-                                'note': item.get('note')}
+            out[item['key']] = {k: item.get(k) for k in ('value', 'subset', 'gpus', 'note')}
+            out[item['key']]['unit'] = item.get('unit', '')
     return out
 
 
-def read_results(path):
-    """Read a file written by :func:`record` into ``{key: (value, unit)}``
-    (later lines win). A missing file gives ``{}``."""
-    return {k: (v['value'], v['unit']) for k, v in read_figures(path).items()}
-
-
-#: Where :func:`load_reference` downloads from instead of the repository: a URL that
-#: ends with ``/`` (``file://CHECKOUT/`` when scripts/cloud_runtime.py stands a checkout
-#: in for the repository, as ``D2LZH_SOURCE`` does for the package).
-REFERENCE_URL_ENV = 'D2LZH_REFERENCE_URL'
-
-
-def _raw_url(path):
-    """The download URL of ``path`` in the project's repository (from the one
-    repository URL, see :func:`d2lzh.install._repository`, or
-    ``$D2LZH_REFERENCE_URL``), or None."""
-    base = os.environ.get(REFERENCE_URL_ENV)
-    if base:
-        return base.rstrip('/') + '/' + path
-    from .install import _repository
-    repository = _repository()
-    if repository is None:
-        return None
-    owner, repo, branch = repository
-    return f'https://raw.githubusercontent.com/{owner}/{repo}/{branch}/{path}'
-
-
 def load_reference(path, timeout=30):
-    """A JSON file of this project's repository that a notebook quotes, such as
-    a stored benchmark run (``'bench/results/....json'``); beyond the book.
+    """A JSON file of the repository that a notebook quotes, e.g. a stored benchmark run
+    (``'bench/results/....json'``, with ``/``); beyond the book.
 
-    Read from the checkout that d2lzh is imported from. A notebook opened
-    alone (Colab, Kaggle, SageMaker Studio Lab) has no checkout: then the file
-    is downloaded from the project's repository (the URL in pyproject's
-    ``[project.urls] Source``), parsed in memory and never written anywhere.
-
-    Args:
-        path (str): the file's path in the repository, with ``/``.
-        timeout (float): seconds for the download.
+    Read from the checkout d2lzh is imported from. A notebook opened alone (Colab, Kaggle,
+    SageMaker Studio Lab) has none: then it is downloaded from ``$D2LZH_REFERENCE_URL`` or
+    the repository (:func:`d2lzh.project.url`), parsed in memory, never written anywhere.
 
     Returns:
-        dict or list: the parsed JSON; or None if neither worked, after one
-        printed line that says why and that the notebook goes on without it
-        (a notebook then skips what it would have shown from the file).
+        dict or list: the parsed JSON; or None when neither worked, after one printed line
+        that says why and that the notebook goes on without it.
     """
     local = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                          *path.split('/'))
     if os.path.isfile(local):
         with open(local, encoding='utf-8') as f:
             return json.load(f)
-    url = _raw_url(path)
-    why = 'no repository URL is known' if url is None else None
+    base = os.environ.get(REFERENCE_URL_ENV)
+    url = base.rstrip('/') + '/' + path if base else project.url(path)
+    why = 'no repository URL is known'
     if url is not None:
         import urllib.request
         try:

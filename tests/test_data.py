@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import d2lzh.data as data
+from d2lzh import results
 from conftest import idx_bytes
 
 
@@ -40,13 +41,13 @@ def test_read_idx_rejects_malformed(content, message):
     (None, None), ('all', None), ('ALL', None), ('', None), (5, 5), ('600', 600),
     (np.int64(7), 7)])
 def test_parse_max_examples_accepts(value, expected):
-    assert data.parse_max_examples(value) == expected
+    assert results.parse_max_examples(value) == expected
 
 
 @pytest.mark.parametrize('value', [0, -3, 2.5, '1e3', 'ten', True, '0', '-5', [3]])
 def test_parse_max_examples_rejects(value):
     with pytest.raises(ValueError, match="positive whole number.*'all'"):
-        data.parse_max_examples(value)
+        results.parse_max_examples(value)
 
 
 def test_invalid_env_max_examples_names_the_variable(isolated, tiny_dataset, monkeypatch):
@@ -94,7 +95,7 @@ def test_incomplete_folder_is_skipped(isolated, tiny_dataset, tmp_path):
     (partial / 't10k-labels-idx1-ubyte.gz').unlink()
     for f in tiny_dataset[0].iterdir():
         shutil.copy(f, isolated['system'])
-    with pytest.warns(data.DataDirWarning, match='1 of the 4 files are missing'):
+    with pytest.warns(data.DataDirWarning, match='1 of the 4 files is missing'):
         assert data.find_fashion_mnist(partial) == isolated['system']
 
 
@@ -144,18 +145,27 @@ def test_decompressed_copy_is_written_then_read(isolated, tiny_dataset):
     np.testing.assert_array_equal(yte, arrays['test_labels'])
 
 
-def test_corrupt_decompressed_copy_is_not_used_nor_replaced(isolated, tiny_dataset):
+def test_corrupt_decompressed_copy_is_not_used_and_is_replaced(isolated, tiny_dataset):
     folder, arrays = tiny_dataset
     data.load_fashion_mnist(folder)
     plain = folder / 'train-labels-idx1-ubyte'
-    bad = bytearray(plain.read_bytes())
+    good = plain.read_bytes()
+    bad = bytearray(good)
     bad[-1] ^= 0xFF
     plain.write_bytes(bytes(bad))
     with pytest.warns(data.DataDirWarning, match='train-labels-idx1-ubyte in .* fails '
                       'verification.*reading train-labels-idx1-ubyte.gz instead'):
         _, ytr, _, _ = data.load_fashion_mnist(folder)
     np.testing.assert_array_equal(ytr, arrays['train_labels'])
-    assert plain.read_bytes() == bytes(bad)
+    assert plain.read_bytes() == good  # replaced by a verified copy
+
+
+def test_no_decompressed_copy_when_switched_off(isolated, tiny_dataset, monkeypatch):
+    folder, arrays = tiny_dataset
+    monkeypatch.setenv('D2LZH_DATA_COPY', '0')
+    _, ytr, _, _ = data.load_fashion_mnist(folder)
+    np.testing.assert_array_equal(ytr, arrays['train_labels'])
+    assert all(p.suffix == '.gz' for p in folder.iterdir())
 
 
 def test_no_decompressed_copy_in_the_system_folder_or_when_writing_fails(
@@ -182,6 +192,15 @@ def test_truncated_gz_is_rejected_and_named(isolated, tiny_dataset):
     path.write_bytes(path.read_bytes()[:200])
     with pytest.raises(data.CorruptDataError, match='train-images-idx3-ubyte.gz'):
         data.load_fashion_mnist(folder)
+
+
+def test_a_file_that_is_not_gzip_is_called_so(isolated, tiny_dataset):
+    folder = tiny_dataset[0]
+    (folder / 'train-labels-idx1-ubyte.gz').write_bytes(b'<html>not found</html>')
+    with pytest.raises(data.CorruptDataError, match='train-labels-idx1-ubyte.gz is not a gzip '
+                       'file') as err:
+        data.load_fashion_mnist(folder)
+    assert 'truncated' not in str(err.value)
 
 
 def test_wrong_file_is_rejected_by_checksum(isolated, tiny_dataset):
@@ -323,7 +342,7 @@ def test_named_folder_that_cannot_be_used_is_reported_before_the_fallback(
     with pytest.warns(data.DataDirWarning) as caught:
         assert data.find_fashion_mnist() == isolated['system']
     message = str(caught[0].message)
-    assert message.startswith(f'D2LZH_DATA_DIR={partial} cannot be used: 1 of the 4 files are '
+    assert message.startswith(f'D2LZH_DATA_DIR={partial} cannot be used: 1 of the 4 files is '
                               'missing: t10k-labels-idx1-ubyte.gz'), message
     assert str(isolated['system']) in message.split('Looking next in:')[1]
     # the warning comes first: raised as an error, it stops the search before the fallback
@@ -360,15 +379,15 @@ def test_figures_carry_the_subset_that_choose_max_examples_picked(tmp_path, monk
     monkeypatch.delenv('D2LZH_MAX_EXAMPLES', raising=False)
     out = tmp_path / 'figures.jsonl'
     monkeypatch.setenv('D2LZH_RESULTS', str(out))
-    assert data.choose_max_examples(cpu_default=300, gpu_available=False) == 300
+    assert results.choose_max_examples(cpu_default=300, gpu_available=False) == 300
+    assert '前 300/60000 张训练图像' in capsys.readouterr().out
     results.record('test_acc', 0.1)
-    assert data.choose_max_examples(cpu_default=300, gpu_available=True) is None
+    assert results.choose_max_examples(cpu_default=300, gpu_available=True) is None
     results.record('test_acc_full', 0.9, note='book settings')
     figures = results.read_figures(out)
-    assert figures['test_acc']['subset'] == 300
+    assert figures['test_acc']['subset'] == 300 and figures['test_acc']['value'] == 0.1
     assert figures['test_acc_full']['subset'] is None
     assert figures['test_acc_full']['note'] == 'book settings'
-    assert results.read_results(out) == {'test_acc': (0.1, ''), 'test_acc_full': (0.9, '')}
     with pytest.raises(ValueError, match='note must be a str'):
         results.record('x', 1, note=3)
 
@@ -377,14 +396,14 @@ def test_load_reference_from_the_checkout_then_the_repository(tmp_path, monkeypa
     """A notebook's stored benchmark JSON: from the checkout; opened alone (no
     such file), downloaded (here from 127.0.0.1); if that fails, None and one
     line, and nothing is written."""
-    from d2lzh import results
+    from d2lzh import project, results
     name = 'bench/results/NVIDIA-H200-x2-2026-11-22.json'
     here = results.load_reference(name)
     with open(os.path.join(os.path.dirname(__file__), '..', *name.split('/'))) as f:
         assert here == json.load(f)
     monkeypatch.delenv(results.REFERENCE_URL_ENV, raising=False)
-    owner, repo, branch = __import__('d2lzh.install').install._repository()
-    assert results._raw_url('a/b.json') == \
+    owner, repo, branch = project.repository()
+    assert project.url('a/b.json') == \
         f'https://raw.githubusercontent.com/{owner}/{repo}/{branch}/a/b.json'
     served = tmp_path / 'served'
     (served / 'bench').mkdir(parents=True)
@@ -401,6 +420,6 @@ def test_load_reference_from_the_checkout_then_the_repository(tmp_path, monkeypa
     finally:
         server.close()
     assert sorted(p.name for p in (served / 'bench').iterdir()) == ['bad.json', 'ref.json']
-    monkeypatch.setattr(results, '_raw_url', lambda path: 'http://127.0.0.1:9/' + path)
+    monkeypatch.setattr(project, 'url', lambda path: 'http://127.0.0.1:9/' + path)
     assert results.load_reference('bench/ref.json', timeout=5) is None
     assert 'failed (URLError' in capsys.readouterr().out
