@@ -105,8 +105,9 @@ def _gpus_in_use():
     """GPUs usable by the framework edition the notebook imported, or None."""
     if 'd2lzh.torch' in sys.modules:
         return int(sys.modules['d2lzh.torch'].num_gpus())
-    if 'd2lzh.mxnet' in sys.modules:
-        return sum(c.device_type == 'gpu' for c in sys.modules['d2lzh.mxnet'].try_all_gpus())
+    if 'd2lzh.mxnet.book' in sys.modules:  # (d2lzh.mxnet alone does not import MXNet)
+        book = sys.modules['d2lzh.mxnet.book']
+        return sum(c.device_type == 'gpu' for c in book.try_all_gpus())
     return None
 
 
