@@ -2,25 +2,26 @@
 
 ``import d2lzh as d2l`` gives the MXNet API the book calls (``d2l.Benchmark``,
 ``d2l.try_gpu``, ``d2l.resnet18``, ``d2l.load_data_fashion_mnist`` ...).
-MXNet is imported only when a name that needs it is first used, and
-:mod:`d2lzh._compat` first makes MXNet 1.9.1 importable on numpy 1.x and 2.x and
-Python 3.10-3.13 (and loads mxnet-cu112's CUDA 11 libraries); after ``import d2lzh``
-a plain ``import mxnet`` works too.
+MXNet is imported only when a name that needs it is first used. ``import d2lzh`` adds
+the import hook of :mod:`d2lzh.setup`, which makes MXNet 1.9.1 importable on numpy 1.x and
+2.x and Python 3.10-3.13 (and loads mxnet-cu112's CUDA 11 libraries) when it is imported, so
+after ``import d2lzh`` a plain ``import mxnet`` works too.
 
 Modules: :mod:`d2lzh.data` (Fashion-MNIST files, numpy), :mod:`d2lzh.timing`
 (Benchmark, Timer), :mod:`d2lzh.plot`, :mod:`d2lzh.results` and
 :mod:`d2lzh.mxnet` (everything that needs MXNet), :mod:`d2lzh.torch` (the PyTorch twin),
-:mod:`d2lzh.install` (the setup cell's framework install), :mod:`d2lzh.checks`.
+:mod:`d2lzh.setup` (what makes a runtime able to import a framework: the setup cell's
+install, the import hook), :mod:`d2lzh.checks`.
 """
 import importlib
 
-from ._compat import prepare_on_import
 from .results import record
+from .setup import add_import_hook
 from .timing import Benchmark, Timer
 
 __version__ = '1.1.0'
 
-prepare_on_import()  # at the first `import mxnet`: the PyTorch edition never pays for it
+add_import_hook()  # acts at the first `import mxnet`: the PyTorch edition never pays for it
 
 _LAZY = {
     # name -> module that defines it

@@ -1,4 +1,4 @@
-"""Loading mxnet-cu112 on NVIDIA's pip packages of CUDA 11 (d2lzh._cuda11, issue 8.4).
+"""Loading mxnet-cu112 on NVIDIA's pip packages of CUDA 11 (d2lzh.setup.cuda11, issue 8.4).
 
 Two groups:
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from d2lzh import _cuda11
+from d2lzh.setup import cuda11
 
 ROOT = Path(__file__).resolve().parent.parent
 STUB_SOURCE = ROOT / 'tests' / 'stub_libcuda' / 'libcuda.c'
@@ -68,24 +68,10 @@ def _system_has_driver():
 # ----------------------------------------------------------------- the contract with the installer
 
 def test_every_library_comes_from_one_of_the_packages():
-    names = {p.split('==')[0] for p in _cuda11.PACKAGES}
-    folders = {folder for folder, _ in _cuda11.LIBRARIES}
+    names = {p.split('==')[0] for p in cuda11.PACKAGES}
+    folders = {folder for folder, _ in cuda11.LIBRARIES}
     assert {f'nvidia-{folder.replace("_", "-")}-cu11' for folder in folders} == names
-    assert all('==' in p for p in _cuda11.PACKAGES), 'every package is pinned'
-
-
-def test_script_prints_packages_and_target_dir(tmp_path):
-    script = ROOT / 'd2lzh' / '_cuda11.py'
-    env = {**os.environ, 'D2LZH_CUDA11_DIR': str(tmp_path)}
-    out = subprocess.run([sys.executable, script, 'packages'], capture_output=True, text=True,
-                         env=env, timeout=60, check=True)
-    assert tuple(out.stdout.split()) == _cuda11.PACKAGES
-    out = subprocess.run([sys.executable, script, 'target-dir'], capture_output=True,
-                         text=True, env=env, timeout=60, check=True)
-    assert out.stdout.strip() == str(tmp_path)
-    bad = subprocess.run([sys.executable, script, 'nonsense'], capture_output=True, text=True,
-                         timeout=60, check=False)
-    assert bad.returncode != 0 and 'usage' in bad.stderr
+    assert all('==' in p for p in cuda11.PACKAGES), 'every package is pinned'
 
 
 # ----------------------------------------------------------------- reading libmxnet.so's needs
@@ -95,9 +81,9 @@ def test_needed_libraries_matches_readelf(stub_driver, tmp_path):
     src.write_text('int cuInit(unsigned int);\nint use(void) { return cuInit(0); }\n')
     lib = tmp_path / 'libuser.so'
     _gcc('-o', lib, src, '-Wl,--no-as-needed', f'-L{stub_driver}', '-l:libcuda.so.1')
-    needed = _cuda11.needed_libraries(lib)
-    assert 'libcuda.so.1' in needed and _cuda11.is_gpu_build(lib)
-    assert not _cuda11.is_gpu_build(stub_driver / 'libcuda.so.1')
+    needed = cuda11.needed_libraries(lib)
+    assert 'libcuda.so.1' in needed and cuda11.is_gpu_build(lib)
+    assert not cuda11.is_gpu_build(stub_driver / 'libcuda.so.1')
     readelf = shutil.which('readelf')
     if readelf:
         out = subprocess.run([readelf, '-d', lib], capture_output=True, text=True, check=True)
@@ -109,8 +95,8 @@ def test_needed_libraries_refuses_a_non_elf_file(tmp_path):
     path = tmp_path / 'libmxnet.so'
     path.write_bytes(b'not a shared library')
     with pytest.raises(ValueError, match='not a 64-bit little-endian ELF'):
-        _cuda11.needed_libraries(path)
-    assert not _cuda11.is_gpu_build(path)
+        cuda11.needed_libraries(path)
+    assert not cuda11.is_gpu_build(path)
 
 
 # ----------------------------------------------------------------- a fake GPU build (cheap)
@@ -120,7 +106,9 @@ def fake_gpu_build(stub_driver, tmp_path):
     """(site folder with a fake ``mxnet`` package whose libmxnet.so needs libcuda.so.1 and
     libcudart.so.11.0, a pip-like CUDA 11 folder with that libcudart, an empty one)."""
     cudart_src = tmp_path / 'cudart.c'
-    cudart_src.write_text('int cudaGetDeviceCount(int *n) { *n = 0; return 100; }\n')
+    cudart_src.write_text('int cudaGetDeviceCount(int *n) { *n = 0; return 100; }\n'
+                          'const char *cudaGetErrorName(int e) { return "cudaErrorNoDevice"; }\n'
+                          'const char *cudaGetErrorString(int e) { return "no device"; }\n')
     cuda11 = tmp_path / 'cuda11'
     cudart = cuda11 / 'nvidia' / 'cuda_runtime' / 'lib' / 'libcudart.so.11.0'
     cudart.parent.mkdir(parents=True)
@@ -184,6 +172,19 @@ def test_fake_gpu_build_loads_cudart_from_the_pip_folder(fake_gpu_build, stub_dr
     assert plain.returncode != 0 and 'libcudart.so.11.0' in plain.stderr
 
 
+def test_fake_gpu_build_that_sees_no_gpu_says_why(fake_gpu_build, stub_driver):
+    site, cuda11_dir, _ = fake_gpu_build
+    code = 'import d2lzh, mxnet\nfrom d2lzh.setup import cuda11\nprint(cuda11.no_gpu_warning())'
+    out = _run(code, driver=stub_driver, pythonpath=[site], cuda11_dir=cuda11_dir)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        'MXNet is a GPU build of MXNet but finds no GPU (cudaErrorNoDevice: no device). Falling '
+        'back to the CPU. On a cloud notebook, switch the runtime to a GPU; on a machine without '
+        'an NVIDIA GPU, the CPU build `mxnet` is the one to install.')
+    out = _run('from d2lzh.setup import cuda11\nprint(cuda11.no_gpu_warning())')
+    assert out.stdout.strip() == 'None'                 # nothing loaded: not a GPU build
+
+
 @pytest.mark.skipif(_system_has_driver(), reason='this machine has an NVIDIA driver')
 def test_fake_gpu_build_without_driver_says_why(fake_gpu_build):
     site, cuda11, _ = fake_gpu_build
@@ -229,15 +230,15 @@ def test_fake_gpu_build_missing_library_names_it_and_the_fix_then_retry_works(
     assert out.returncode == 0, out.stderr
     first, second = out.stdout.strip().splitlines()
     assert first.startswith('CudaSetupError')
-    assert 'libcudart.so.11.0' in first and f'--target {empty}' in first
-    assert 'nvidia-cuda-runtime-cu11==11.8.89' in first
+    assert 'libcudart.so.11.0' in first and f'neither in {empty}' in first
+    assert '-m d2lzh.setup.install cuda11' in first
     assert 'libcublas' not in first, 'only what libmxnet.so needs is reported missing'
     assert second == 'imported 0.0-fake-gpu-build'
 
 
 def test_cpu_build_loads_nothing():
-    lib = _cuda11.mxnet_library()
-    if lib is None or _cuda11.is_gpu_build(lib):
+    lib = cuda11.mxnet_library()
+    if lib is None or cuda11.is_gpu_build(lib):
         pytest.skip('needs the CPU build of MXNet')
     out = _run('import d2lzh, mxnet\nprint("libcuda" in open("/proc/self/maps").read())')
     assert out.returncode == 0, out.stderr
@@ -247,8 +248,8 @@ def test_cpu_build_loads_nothing():
 # ----------------------------------------------------------------- the real mxnet-cu112
 
 def _require_gpu_build():
-    lib = _cuda11.mxnet_library()
-    if lib is not None and _cuda11.is_gpu_build(lib):
+    lib = cuda11.mxnet_library()
+    if lib is not None and cuda11.is_gpu_build(lib):
         return lib
     if REQUIRE_GPU_BUILD:
         pytest.fail(f'D2LZH_REQUIRE_GPU_BUILD=1 but the MXNet here ({lib}) is not a GPU build')
@@ -257,12 +258,12 @@ def _require_gpu_build():
 
 def test_mxnet_cu112_needs_only_what_the_packages_and_the_driver_provide():
     lib = _require_gpu_build()
-    needed = set(_cuda11.needed_libraries(lib))
+    needed = set(cuda11.needed_libraries(lib))
     cuda = {name for name in needed if name.startswith(('libcu', 'libnv', 'libnccl'))}
-    provided = {name for _, name in _cuda11.LIBRARIES} | {_cuda11.DRIVER}
+    provided = {name for _, name in cuda11.LIBRARIES} | {cuda11.DRIVER}
     assert cuda - provided == set()
-    for folder, name in _cuda11.LIBRARIES:
-        assert (_cuda11.target_dir() / 'nvidia' / folder / 'lib' / name).is_file(), name
+    for folder, name in cuda11.LIBRARIES:
+        assert (cuda11.target_dir() / 'nvidia' / folder / 'lib' / name).is_file(), name
 
 
 def test_mxnet_cu112_loads_and_try_gpu_falls_back_to_the_cpu(stub_driver):
@@ -287,7 +288,7 @@ def test_mxnet_cu112_loads_and_try_gpu_falls_back_to_the_cpu(stub_driver):
     assert lines['num_gpus'] == '0'
     assert lines['try_gpu'] == 'cpu(0)'
     assert lines['sum'] == '12.0'
-    assert lines['cudart'].startswith(str(_cuda11.target_dir()))
+    assert lines['cudart'].startswith(str(cuda11.target_dir()))
     assert out.stderr.count('finds no GPU') == 1, out.stderr
     assert 'cudaErrorNoDevice' in out.stderr and 'Falling back to the CPU' in out.stderr
 
@@ -318,7 +319,7 @@ def test_mxnet_cu112_libraries_load_their_own_parts_from_the_pip_folder(stub_dri
     assert {f'libcudnn_{a}_{b}.so.8' for a in ('ops', 'cnn', 'adv')
             for b in ('infer', 'train')} < names
     assert any(n.startswith('libnvrtc-builtins') for n in names)
-    assert all(p.startswith(str(_cuda11.target_dir())) for p in paths), paths
+    assert all(p.startswith(str(cuda11.target_dir())) for p in paths), paths
 
 
 def test_mxnet_cu112_with_a_driver_too_old_for_cuda_11_says_update_it(stub_driver):
@@ -345,5 +346,5 @@ def test_mxnet_cu112_without_driver_gives_the_cause_and_the_fix():
         out = _run(code, driver=None)
         assert out.returncode != 0
         last = out.stderr.strip().splitlines()[-1]
-        assert last.startswith('d2lzh._cuda11.CudaSetupError: mxnet-cu112 1.9.1 is a GPU build')
+        assert last.startswith('d2lzh.cuda11.CudaSetupError: mxnet-cu112 1.9.1 is a GPU build')
         assert 'NVIDIA driver (libcuda.so.1)' in last and 'OSError' not in out.stderr

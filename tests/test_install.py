@@ -1,5 +1,7 @@
-"""d2lzh.install: the GPU query (a fake nvidia-smi on PATH), the build choice, pip failures,
-the on-demand import hook, and the setup cell's own bootstrap in a fresh venv."""
+"""d2lzh.setup.install and d2lzh.setup.gpus: the GPU query (a fake nvidia-smi on PATH), the
+build choice, pip failures, the command line, installing at import (d2lzh.setup.enable), and
+the setup cell's own bootstrap in a fresh venv."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -8,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from d2lzh import _cuda11
-from d2lzh import install
+import d2lzh.setup
+from d2lzh import project
+from d2lzh.setup import cuda11, install
+from d2lzh.setup.gpus import GPU, GPUQueryError, query_gpus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,8 +36,8 @@ def fake_nvidia_smi(tmp_path, monkeypatch, stdout='', stderr='', rc=0, names=Non
 def test_no_nvidia_smi_means_cpu_build(tmp_path, monkeypatch):
     monkeypatch.setenv('PATH', str(tmp_path))
     monkeypatch.delenv('D2LZH_MXNET_PACKAGE', raising=False)
-    assert install.query_gpus() == []
-    plan = install.choose_mxnet(install.query_gpus())
+    assert query_gpus() == []
+    plan = install.choose_mxnet(query_gpus())
     assert plan.package == 'mxnet==1.9.1' and not plan.cuda11 and plan.warning is None
 
 
@@ -46,8 +50,8 @@ def test_no_nvidia_smi_means_cpu_build(tmp_path, monkeypatch):
 ])
 def test_maxwell_to_ada_gets_mxnet_cu112_and_cuda11(tmp_path, monkeypatch, answer, name, cc):
     fake_nvidia_smi(tmp_path, monkeypatch, stdout=answer)
-    gpus = install.query_gpus()
-    assert gpus[0] == install.GPU(name, cc) and len(gpus) == answer.count('\n')
+    gpus = query_gpus()
+    assert gpus[0] == GPU(name, cc) and len(gpus) == answer.count('\n')
     plan = install.choose_mxnet(gpus)
     assert plan.package == 'mxnet-cu112==1.9.1' and plan.cuda11 and plan.warning is None
     assert name in plan.reason
@@ -58,35 +62,36 @@ def test_maxwell_to_ada_gets_mxnet_cu112_and_cuda11(tmp_path, monkeypatch, answe
 def test_hopper_and_newer_get_cpu_build_and_the_pytorch_notebook(tmp_path, monkeypatch, answer):
     fake_nvidia_smi(tmp_path, monkeypatch, stdout=answer)
     name = answer.split(',')[0]
-    plan = install.choose_mxnet(install.query_gpus(), notebook='05_multiple-gpus.ipynb')
+    plan = install.choose_mxnet(query_gpus(), notebook='05_multiple-gpus.ipynb')
     assert plan.package == 'mxnet==1.9.1' and not plan.cuda11
     assert name in plan.warning and 'Hopper' in plan.warning
-    owner, repo, branch = install._repository()
+    owner, repo, branch = project.repository()
     assert (f'https://colab.research.google.com/github/{owner}/{repo}/blob/{branch}/'
             'notebooks/pytorch/05_multiple-gpus.ipynb') in plan.warning
     # section unknown (Colab does not tell the kernel the notebook's name): the folder
-    plan = install.choose_mxnet(install.query_gpus())
+    plan = install.choose_mxnet(query_gpus())
     assert plan.warning.endswith(f'/{owner}/{repo}/tree/{branch}/notebooks/pytorch')
 
 
-def test_every_mxnet_notebook_has_its_pytorch_twin():
-    mxnet = {p.name for p in (ROOT / 'notebooks').glob('*.ipynb')}
-    pytorch = {p.name for p in (ROOT / 'notebooks' / 'pytorch').glob('*.ipynb')}
-    assert mxnet <= set(install.PYTORCH_TWINS), 'add the new notebook to PYTORCH_TWINS'
-    for name in mxnet:
-        assert install.PYTORCH_TWINS[name] in pytorch
+def test_every_mxnet_notebook_links_its_pytorch_twin(monkeypatch):
+    monkeypatch.delenv('D2LZH_MXNET_PACKAGE', raising=False)
+    for path in project.notebooks('mxnet'):
+        twin = project.find(path).twin
+        assert (ROOT / twin).is_file() and twin.startswith('notebooks/pytorch/')
+        plan = install.choose_mxnet([GPU('NVIDIA H100', (9, 0))], notebook=Path(path).name)
+        assert plan.warning.endswith(project.url(twin, 'colab'))
 
 
 def test_kepler_is_too_old(tmp_path, monkeypatch):
     fake_nvidia_smi(tmp_path, monkeypatch, stdout='Tesla K80, 3.7\n')
-    plan = install.choose_mxnet(install.query_gpus())
+    plan = install.choose_mxnet(query_gpus())
     assert plan.package == 'mxnet==1.9.1' and 'Tesla K80' in plan.warning and '3.7' in plan.warning
 
 
 def test_unknown_compute_capability(tmp_path, monkeypatch):
     fake_nvidia_smi(tmp_path, monkeypatch, stdout='Some Future GPU, [N/A]\n')
-    gpus = install.query_gpus()
-    assert gpus == [install.GPU('Some Future GPU', None)]
+    gpus = query_gpus()
+    assert gpus == [GPU('Some Future GPU', None)]
     plan = install.choose_mxnet(gpus)
     assert plan.package == 'mxnet==1.9.1'
     assert 'Some Future GPU' in plan.warning and 'D2LZH_MXNET_PACKAGE=mxnet-cu112' in plan.warning
@@ -97,8 +102,8 @@ def test_driver_too_old_for_compute_cap_field(tmp_path, monkeypatch):
     fake_nvidia_smi(tmp_path, monkeypatch, rc=2,
                     stdout='Field "compute_cap" is not a valid field to query.\n\n',
                     names='Tesla K40m\n')
-    gpus = install.query_gpus()
-    assert gpus == [install.GPU('Tesla K40m', None)]
+    gpus = query_gpus()
+    assert gpus == [GPU('Tesla K40m', None)]
     assert 'Tesla K40m' in install.choose_mxnet(gpus).warning
 
 
@@ -106,8 +111,8 @@ def test_gpu_runtime_without_driver(tmp_path, monkeypatch):
     msg = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
            "Make sure that the latest NVIDIA driver is installed and running.\n")
     fake_nvidia_smi(tmp_path, monkeypatch, stdout=msg, rc=9)
-    with pytest.raises(install.GPUQueryError, match="couldn't communicate") as err:
-        install.query_gpus()
+    with pytest.raises(GPUQueryError, match="couldn't communicate") as err:
+        query_gpus()
     plan = install.choose_mxnet(err.value)
     assert plan.package == 'mxnet==1.9.1'
     assert 'no working driver' in plan.warning and 'run the notebook again' in plan.warning
@@ -137,8 +142,8 @@ def test_pip_failure_is_one_line_with_the_fix(monkeypatch):
         install.run_pip(['install', '--no-deps', 'mxnet-cu112==1.9.1'], 'mxnet-cu112==1.9.1')
     first, fix = str(err.value).split('\n')
     assert first.startswith('pip could not install mxnet-cu112==1.9.1: ERROR:')
-    assert 'mxnet-cu112' in first and 'run the cell again' in fix
-    assert install.installed_mxnet() == 'mxnet'   # nothing changed
+    assert 'mxnet-cu112' in first and 'run the cell or the command again' in fix
+    assert d2lzh.setup.installed_mxnet() == ('mxnet', '1.9.1')   # nothing changed
 
 
 def test_cuda11_install_failure_leaves_nothing(tmp_path, monkeypatch):
@@ -152,7 +157,7 @@ def test_cuda11_install_failure_leaves_nothing(tmp_path, monkeypatch):
 def test_cuda11_install_is_atomic_and_done_once(tmp_path, monkeypatch):
     calls = []
 
-    def fake_pip(args, what, quiet=True):
+    def fake_pip(args, what, why=None):
         calls.append(args)
         folder = Path(args[args.index('--target') + 1])
         (folder / 'nvidia' / 'cuda_runtime' / 'lib').mkdir(parents=True)
@@ -161,8 +166,8 @@ def test_cuda11_install_is_atomic_and_done_once(tmp_path, monkeypatch):
     monkeypatch.setattr(install, 'run_pip', fake_pip)
     target = tmp_path / 'd2lzh-cuda11'
     assert install.install_cuda11(target) == target
-    assert calls[0][:2] == ['install', '--no-deps'] and calls[0][-len(_cuda11.PACKAGES):] == \
-        list(_cuda11.PACKAGES)
+    assert calls[0][:2] == ['install', '--no-deps'] and calls[0][-len(cuda11.PACKAGES):] == \
+        list(cuda11.PACKAGES)
     assert (target / 'nvidia' / 'cuda_runtime' / 'lib' / 'libcudart.so.11.0').exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ['d2lzh-cuda11']
     install.install_cuda11(target)
@@ -180,7 +185,7 @@ def test_right_build_installed_means_nothing_to_do(tmp_path, monkeypatch, capsys
 def test_wrong_build_already_imported_asks_for_a_restart(tmp_path, monkeypatch):
     monkeypatch.setenv('D2LZH_MXNET_PACKAGE', 'mxnet-cu112')
     monkeypatch.setenv('D2LZH_CUDA11_DIR', str(tmp_path))
-    (tmp_path / '.d2lzh-packages').write_text('\n'.join(_cuda11.PACKAGES) + '\n')
+    (tmp_path / '.d2lzh-packages').write_text('\n'.join(cuda11.PACKAGES) + '\n')
     monkeypatch.setitem(sys.modules, 'mxnet', object())
     monkeypatch.setattr(install, 'run_pip', lambda *a, **k: pytest.fail('pip was called'))
     with pytest.raises(install.SetupError, match='restart the kernel'):
@@ -189,9 +194,9 @@ def test_wrong_build_already_imported_asks_for_a_restart(tmp_path, monkeypatch):
 
 def test_torch_new_enough_is_kept_old_one_is_replaced(monkeypatch):
     monkeypatch.setattr(install, 'run_pip', lambda *a, **k: pytest.fail('pip was called'))
-    monkeypatch.setattr(install, '_distribution_version', lambda name: '2.13.0+cpu')
+    monkeypatch.setattr(install, '_version', lambda name: '2.13.0+cpu')
     assert install.ensure_torch() == '2.13.0+cpu'
-    monkeypatch.setattr(install, '_distribution_version', lambda name: '2.3.1')
+    monkeypatch.setattr(install, '_version', lambda name: '2.3.1')
     monkeypatch.setitem(sys.modules, 'torch', object())
     with pytest.raises(install.SetupError, match='torch 2.3.1 is already imported'):
         install.ensure_torch()
@@ -199,11 +204,11 @@ def test_torch_new_enough_is_kept_old_one_is_replaced(monkeypatch):
 
 def test_enable_is_off_in_a_checkout_and_on_demand(monkeypatch):
     monkeypatch.delenv('D2LZH_AUTO_INSTALL', raising=False)
-    install.enable()
-    assert not install.enabled()                # make run/test: the pinned .venv, untouched
+    d2lzh.setup.enable()
+    assert not d2lzh.setup.enabled()        # make run/test: the pinned .venv, untouched
     monkeypatch.setenv('D2LZH_AUTO_INSTALL', '0')
-    install.enable()
-    assert not install.enabled()
+    d2lzh.setup.enable()
+    assert not d2lzh.setup.enabled()
 
 
 def test_hook_runs_for_notebook_code_only(tmp_path):
@@ -212,7 +217,8 @@ def test_hook_runs_for_notebook_code_only(tmp_path):
     (tmp_path / 'probe_lib.py').write_text('import mxnet\n')
     code = textwrap.dedent('''
         import sys
-        import d2lzh.install as inst
+        import d2lzh.setup
+        import d2lzh.setup.install as inst
         calls = []
         def fake():
             calls.append('mxnet')
@@ -220,8 +226,8 @@ def test_hook_runs_for_notebook_code_only(tmp_path):
                 raise inst.SetupError('no network')
             return inst.Plan('mxnet==1.9.1', False, 'test', None)
         inst.ensure_mxnet = fake
-        inst.enable()
-        assert inst.enabled()
+        d2lzh.setup.enable()
+        assert d2lzh.setup.enabled()
         import probe_lib                      # a library probing for mxnet: no install
         print(calls)
         for m in [m for m in sys.modules if m == 'mxnet' or m.startswith('mxnet.')]:
@@ -232,7 +238,8 @@ def test_hook_runs_for_notebook_code_only(tmp_path):
             print('error:', err, err.__cause__, err.__suppress_context__)
         import mxnet
         print(calls, mxnet.__version__)
-        inst.disable()
+        d2lzh.setup.disable()
+        assert not d2lzh.setup.enabled()
     ''')
     env = dict(os.environ, D2LZH_AUTO_INSTALL='1', PYTHONPATH=str(tmp_path))
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env,
@@ -311,3 +318,66 @@ def test_no_driver_keeps_the_cpu_build_and_says_so_in_one_line(tmp_path, monkeyp
     assert plan.package == 'mxnet==1.9.1'
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].startswith('d2lzh: This runtime has an NVIDIA GPU tool')
+
+
+def test_makefile_command_from_the_checkout_root(tmp_path):
+    """`python -m d2lzh.setup.install mxnet`, what the Makefile runs: from the repository root
+    (d2lzh not installed needed), the right build already there -> says so, installs nothing;
+    `cuda11` with the set already in place prints the folder; a wrong argument is refused."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(('D2LZH_', 'PIP_'))}
+    env.update(D2LZH_MXNET_PACKAGE='mxnet', PIP_NO_INDEX='1', PIP_CONFIG_FILE=os.devnull,
+               D2LZH_CUDA11_DIR=str(tmp_path), PYTHONPATH='')
+    (tmp_path / '.d2lzh-packages').write_text('\n'.join(cuda11.PACKAGES) + '\n')
+
+    def run(*args):
+        return subprocess.run([sys.executable, '-m', 'd2lzh.setup.install', *args], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=120)
+    out = run('mxnet')
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ('d2lzh: mxnet==1.9.1 is installed '
+                          '(D2LZH_MXNET_PACKAGE=mxnet asks for it)\n')
+    out = run('cuda11')
+    assert (out.returncode, out.stdout) == (0, f'{tmp_path}\n'), out.stderr
+    out = run('nonsense')
+    assert out.returncode == 2 and out.stderr.startswith('usage: python -m d2lzh.setup.install')
+
+
+def test_other_build_is_uninstalled_and_the_wanted_one_installed_without_deps(
+        tmp_path, monkeypatch, capsys):
+    """D2LZH_MXNET_PACKAGE=mxnet-cu112 where the CPU build is installed, under numpy 2 and
+    without requests: uninstall mxnet, the CUDA 11 set, mxnet-cu112 --no-deps, requests."""
+    calls, whys = [], {}
+    monkeypatch.setenv('D2LZH_MXNET_PACKAGE', 'mxnet-cu112')
+    monkeypatch.setenv('D2LZH_CUDA11_DIR', str(tmp_path / 'cuda11'))
+    monkeypatch.setattr(install, 'installed_mxnet', lambda: ('mxnet', '1.9.1'))
+    monkeypatch.setattr(install, '_version', lambda name: {'numpy': '2.1.3'}.get(name))
+
+    def fake_pip(args, what, why=None):
+        if '--target' in args:
+            Path(args[args.index('--target') + 1]).mkdir(parents=True)
+        calls.append(args[:2] if '--target' not in args else ['install', '--target'])
+        whys[what] = why
+    monkeypatch.setattr(install, 'run_pip', fake_pip)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec',
+                        lambda name, *a: None if name == 'requests' else find_spec(name, *a))
+    plan = install.ensure_mxnet()
+    assert plan.package == 'mxnet-cu112==1.9.1'
+    assert calls == [['install', '--target'], ['uninstall', '--yes'],
+                     ['install', '--no-deps'], ['install', 'requests>=2.20,<3']]
+    assert capsys.readouterr().out == (
+        'd2lzh: uninstalling mxnet 1.9.1, the other MXNet build\n')
+    assert whys['mxnet-cu112==1.9.1'] == (
+        ': D2LZH_MXNET_PACKAGE=mxnet-cu112 asks for it (with --no-deps: its metadata asks for '
+        "numpy<2, which would replace this runtime's numpy 2.1.3; d2lzh makes MXNet work with "
+        'numpy 2)')
+    assert whys['requests'] == ' (MXNet imports it)' and str(tmp_path) in whys[
+        "NVIDIA's CUDA 11 libraries for mxnet-cu112"]
+
+
+def test_run_pip_says_what_and_why_and_how_long(monkeypatch, capsys):
+    monkeypatch.setattr(subprocess, 'run', lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    install.run_pip(['install', 'x'], 'x==1', ': because')
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == 'd2lzh: installing x==1: because ...'
+    assert out[1].startswith('d2lzh: x==1 installed in ') and out[1].endswith(' s')

@@ -1,4 +1,5 @@
-"""The package as a whole: lazy MXNet import, the numpy shim, pinned versions."""
+"""The package as a whole: lazy MXNet import, the import hook of d2lzh.setup and its numpy
+names (d2lzh.setup.numpy2), pinned versions, the generated setup cell."""
 import re
 import subprocess
 import sys
@@ -26,18 +27,22 @@ def test_import_d2lzh_does_not_import_mxnet():
 
 def test_mxnet_is_prepared_at_its_import_not_at_import_d2lzh():
     """The PyTorch edition does not pay for MXNet's preparation (setuptools' distutils,
-    0.1-0.3 s of a cold start); a later `import mxnet` still gets it."""
+    0.1-0.3 s of a cold start) and the book's namespaces never import the installer; a later
+    plain `import mxnet` is prepared by the one hook, which stays the first finder."""
     out = _run('import importlib.util, sys\n'
-               'import d2lzh.data\n'
+               'import d2lzh.data, d2lzh.setup\n'
                'if importlib.util.find_spec("torch"):\n'
                '    from d2lzh import torch as d2l\n'
-               'from d2lzh import _compat\n'
-               'print(sorted(m for m in ("mxnet", "setuptools", "distutils") if m in sys.modules),'
-               ' _compat._prepared)\n'
-               'import mxnet\n'
-               'print(_compat._prepared, "distutils" in sys.modules)')
+               'watch = ("mxnet", "setuptools", "distutils", "d2lzh.setup.install",\n'
+               '         "d2lzh.setup.cuda11", "d2lzh.setup.numpy2")\n'
+               'print(sorted(m for m in watch if m in sys.modules),\n'
+               '      [type(f).__name__ for f in sys.meta_path].count("_ImportHook"))\n'
+               'import d2lzh as d2l\n'
+               'd2l.try_gpu\n'
+               'print("distutils" in sys.modules, "d2lzh.setup.install" in sys.modules,\n'
+               '      sys.meta_path[0] is d2lzh.setup._hook, d2lzh.setup._hook.prepared)')
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ['[] False', 'True True']
+    assert out.stdout.splitlines() == ['[] 1', 'True False True True']
 
 
 @pytest.mark.skipif(int(__import__('numpy').__version__.split('.')[0]) >= 2,
@@ -88,7 +93,7 @@ def test_restore_numpy_names_fills_what_numpy_2_removed():
 
     import numpy
 
-    from d2lzh._compat import restore_numpy_names
+    from d2lzh.setup.numpy2 import restore_numpy_names
     fake = types.ModuleType('numpy')
     for name in ('all', 'any', 'prod', 'round', 'isin', 'asarray', 'sort', 'float64',
                  'complex128'):
@@ -113,7 +118,7 @@ def test_restore_numpy_names_fills_what_numpy_2_removed():
 def test_restore_numpy_names_changes_nothing_numpy_has():
     import numpy
 
-    from d2lzh._compat import restore_numpy_names
+    from d2lzh.setup.numpy2 import restore_numpy_names
     before = dict(vars(numpy))
     restore_numpy_names(numpy)
     changed = [k for k, v in before.items() if vars(numpy)[k] is not v]
@@ -161,8 +166,7 @@ def test_numpy2_requirements_differ_only_in_numpy_and_mxnet():
     req = _pins((ROOT / 'requirements.txt').read_text().splitlines())
     np2 = _pins((ROOT / 'requirements-numpy2.txt').read_text().splitlines())
     assert [v.split('.')[0] for v in np2.pop('numpy')] == ['2']
-    assert 'mxnet' not in np2            # installed with --no-deps by the Makefile
-    np2.pop('requests')                  # MXNet's own dependency, explicit without its metadata
+    assert 'mxnet' not in np2            # `python -m d2lzh.setup.install mxnet` (--no-deps)
     del req['numpy'], req['mxnet']
     assert np2 == req
 
@@ -180,42 +184,34 @@ def test_pyproject_is_loose_and_agrees_with_requirements():
 
 
 def test_setup_cells_are_generated_and_current():
-    """Every notebook of both editions starts with the one generated setup cell, and the
-    README links are those of the one repository URL (scripts/make_setup_cell.py --check)."""
+    """Every notebook of both editions starts with the one generated setup cell, which ends by
+    enabling installation at import, and the cloud links are those of the one repository URL
+    (scripts/make_setup_cell.py --check)."""
     import json
     sys.path.insert(0, str(ROOT / 'scripts'))
     try:
         import make_setup_cell
     finally:
         sys.path.pop(0)
+    from d2lzh import project
     source = make_setup_cell.setup_cell_source()
-    paths = sorted((ROOT / 'notebooks').rglob('*.ipynb'))
-    assert len(paths) >= 13
-    for path in paths:
-        nb = json.loads(path.read_text(encoding='utf-8'))
+    assert source.endswith('\nimport d2lzh.setup\nd2lzh.setup.enable()')
+    owner, repo, branch = project.repository()
+    assert f'https://github.com/{owner}/{repo}/archive/refs/heads/{branch}.zip' in source
+    for path in project.notebooks('all'):
+        nb = json.loads((ROOT / path).read_text(encoding='utf-8'))
         first = next(c for c in nb['cells'] if c['cell_type'] == 'code')
-        assert ''.join(first['source']) == source, f'{path.name}: run scripts/make_setup_cell.py'
-    owner, repo, branch = make_setup_cell.repository()
-    readme = (ROOT / 'README.md').read_text(encoding='utf-8')
-    for path in paths:
-        rel = path.relative_to(ROOT).as_posix()
-        for url in (f'https://colab.research.google.com/github/{owner}/{repo}/blob/{branch}/{rel}',
-                    f'https://kaggle.com/kernels/welcome?src=https://github.com/{owner}/{repo}/'
-                    f'blob/{branch}/{rel}',
-                    f'https://studiolab.sagemaker.aws/import/github/{owner}/{repo}/blob/'
-                    f'{branch}/{rel}'):
-            assert url in readme
-    assert f'{owner}/{repo}/archive/refs/heads/{branch}.zip' in source
+        assert ''.join(first['source']) == source, f'{path}: run scripts/make_setup_cell.py'
     out = subprocess.run([sys.executable, str(ROOT / 'scripts' / 'make_setup_cell.py'), '--check'],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stdout
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_repository_url_is_written_once():
     """Only pyproject.toml names the repository; everything else is generated from it."""
     owner_repo = 'd2lzh-perf/d2lzh-perf'
     hits = []
-    for path in [*ROOT.glob('*.toml'), *ROOT.glob('*.py'), *(ROOT / 'd2lzh').glob('*.py'),
+    for path in [*ROOT.glob('*.toml'), *ROOT.glob('*.py'), *(ROOT / 'd2lzh').rglob('*.py'),
                  *(ROOT / 'scripts').glob('*.py'), ROOT / 'Makefile', ROOT / '.ci' / 'run']:
         if owner_repo in path.read_text(encoding='utf-8'):
             hits.append(path.relative_to(ROOT).as_posix())

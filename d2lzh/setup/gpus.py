@@ -1,0 +1,45 @@
+"""The NVIDIA GPUs of this machine: d2lzh's one ``nvidia-smi`` query (beyond the book), from
+which the installer chooses the MXNet build and the MXNet edition names GPUs (``gpu_name``)."""
+import re
+import shutil
+import subprocess
+from collections import namedtuple
+
+GPU = namedtuple('GPU', 'name compute_capability')
+GPU.__doc__ = """One NVIDIA GPU: its name (str, e.g. 'Tesla T4') and compute capability as
+(major, minor), e.g. (7, 5), or None when ``nvidia-smi`` cannot tell it."""
+
+
+class GPUQueryError(RuntimeError):
+    """``nvidia-smi`` exists but did not answer (e.g. a GPU runtime without a working driver)."""
+
+
+def query_gpus(timeout=30):
+    """The NVIDIA GPUs of this machine, in ``nvidia-smi``'s order (index i is ``gpu(i)``):
+    a list of :class:`GPU`, empty without ``nvidia-smi`` (no NVIDIA GPU or driver). A capability
+    that is not a number (``[N/A]``; drivers older than 510 do not know it) is None.
+    ``timeout``: seconds to wait. Raises :class:`GPUQueryError` when ``nvidia-smi`` fails or
+    times out (driver missing or not loaded), with its first line of output."""
+    exe = shutil.which('nvidia-smi')
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, '--query-gpu=name,compute_cap', '--format=csv,noheader'],
+                             capture_output=True, text=True, timeout=timeout)
+        text = (out.stdout or '') + (out.stderr or '')
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if any('not a valid field' in line.lower() for line in lines):
+            # drivers older than 510 do not know compute_cap: ask for the names alone
+            names = subprocess.run([exe, '--query-gpu=name', '--format=csv,noheader'],
+                                   capture_output=True, text=True, timeout=timeout)
+            return [GPU(n.strip(), None) for n in names.stdout.splitlines() if n.strip()]
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise GPUQueryError(f'nvidia-smi did not answer: {err}') from None
+    if out.returncode != 0:
+        raise GPUQueryError(lines[0] if lines else f'nvidia-smi exited with {out.returncode}')
+    gpus = []
+    for line in filter(str.strip, (out.stdout or '').splitlines()):
+        name, _, cap = line.rpartition(',')
+        m = re.fullmatch(r'\s*(\d+)\.(\d+)\s*', cap) if name else None
+        gpus.append(GPU((name or line).strip(), (int(m[1]), int(m[2])) if m else None))
+    return gpus

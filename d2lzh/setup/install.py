@@ -1,0 +1,241 @@
+"""Install the framework build that fits this machine (beyond the book).
+
+A notebook opened alone on a cloud runtime (Colab, Kaggle, SageMaker Studio Lab) has neither
+d2lzh nor MXNet. Its setup cell pip-installs d2lzh and calls :func:`d2lzh.setup.enable`; its
+first ``import mxnet`` / ``import torch`` then runs :func:`ensure_mxnet` / :func:`ensure_torch`:
+the build that fits the machine is installed into the kernel's environment, saying what and
+why; no restart, numpy and torch never downgraded. MXNet 1.9.1 declares ``numpy<2``: it is
+installed with ``--no-deps`` (the other build uninstalled), ``requests`` if missing.
+
+``python -m d2lzh.setup.install [plan|mxnet|torch|cuda11]`` prints the MXNet build this machine
+gets and why (``plan``), or installs it, PyTorch, or only the CUDA 11 libraries; the Makefile
+installs MXNet so, from the checkout's root before d2lzh is installed.
+"""
+import importlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import namedtuple
+from importlib import metadata
+from pathlib import Path
+
+from .. import project
+from . import cuda11, installed_mxnet
+from .gpus import GPUQueryError, query_gpus
+
+MXNET_VERSION = '1.9.1'
+MIN_TORCH = (2, 4)
+CUDA11_CC = ((5, 0), (8, 9))   # mxnet-cu112 has code for sm_50, 60, 70, 80, 86, no PTX
+
+Plan = namedtuple('Plan', 'package cuda11 reason warning')
+Plan.__doc__ = """What :func:`choose_mxnet` decided: ``package`` (``'mxnet==1.9.1'`` or
+``'mxnet-cu112==1.9.1'``), ``cuda11`` (bool: NVIDIA's CUDA 11 packages too), ``reason`` (one
+sentence) and ``warning`` (for a GPU that MXNet cannot use, else None)."""
+
+
+class SetupError(ImportError):
+    """The framework could not be installed; the message says what failed and what to do."""
+
+
+def choose_mxnet(gpus=None, notebook=None):
+    """The :class:`Plan` for ``gpus`` (list of :class:`~d2lzh.setup.gpus.GPU`, the
+    :class:`~d2lzh.setup.gpus.GPUQueryError` ``query_gpus()`` raised, or None: query now).
+    No NVIDIA GPU -> ``mxnet`` (CPU); compute capability 5.0-8.9 (P100, T4, V100, A100, A10,
+    L4) -> ``mxnet-cu112`` and NVIDIA's CUDA 11 libraries (1.6 GB); 9.0 and newer (H100, H200,
+    Blackwell), older, unknown, or a driver that does not answer -> the CPU build, with a
+    warning saying why (Hopper: a link to the PyTorch twin of ``notebook``, an MXNet notebook's
+    file name). ``$D2LZH_MXNET_PACKAGE`` (``mxnet`` or ``mxnet-cu112``) wins; another value
+    raises :class:`SetupError`."""
+    cpu, cu112 = f'mxnet=={MXNET_VERSION}', f'mxnet-cu112=={MXNET_VERSION}'
+    forced = os.environ.get('D2LZH_MXNET_PACKAGE', '').strip()
+    if forced:
+        if forced not in ('mxnet', 'mxnet-cu112'):
+            raise SetupError(f'D2LZH_MXNET_PACKAGE={forced!r} is not valid: use mxnet or '
+                             'mxnet-cu112 (or unset it to let d2lzh choose).')
+        return Plan(cpu if forced == 'mxnet' else cu112, forced == 'mxnet-cu112',
+                    f'D2LZH_MXNET_PACKAGE={forced} asks for it', None)
+    try:
+        gpus = query_gpus() if gpus is None else gpus
+    except GPUQueryError as err:
+        gpus = err
+    if isinstance(gpus, GPUQueryError):
+        return Plan(cpu, False, 'the CPU build, as the NVIDIA driver does not answer',
+                    f'This runtime has an NVIDIA GPU tool but no working driver ({gpus}). '
+                    'MXNet runs on the CPU. To use the GPU, restart the runtime with a GPU '
+                    '(Colab: Runtime > Change runtime type; Kaggle: Settings > Accelerator) '
+                    'or install the driver, then run the notebook again from the top.')
+    if not gpus:
+        return Plan(cpu, False, 'no NVIDIA GPU here (no nvidia-smi), so the CPU build', None)
+    for g in gpus:
+        if g.compute_capability and CUDA11_CC[0] <= g.compute_capability <= CUDA11_CC[1]:
+            return Plan(cu112, True, f'the GPU build for {g.name} (compute capability '
+                        '%d.%d; mxnet-cu112 runs on 5.0-8.9)' % g.compute_capability, None)
+    g = gpus[0]
+    if g.compute_capability is None:
+        return Plan(cpu, False, f'the CPU build, as the compute capability of {g.name} is unknown',
+                    f'Could not read the compute capability of GPU "{g.name}" from '
+                    'nvidia-smi, so the CPU build of MXNet is installed. If it is a Maxwell to '
+                    'Ada GPU (compute capability 5.0-8.9), set D2LZH_MXNET_PACKAGE=mxnet-cu112, '
+                    'restart the kernel and run the notebook again.')
+    cc = '%d.%d' % g.compute_capability
+    if g.compute_capability > CUDA11_CC[1]:
+        nb = project.find(notebook) if notebook else None
+        twin = (project.url(nb.twin, 'colab') if nb and nb.edition == 'mxnet' and nb.twin
+                else project.url('notebooks/pytorch', 'tree'))
+        return Plan(cpu, False,
+                    f'the CPU build, as MXNet cannot run on {g.name} (compute capability {cc})',
+                    f'{g.name} (compute capability {cc}) cannot run MXNet: mxnet-cu112 1.9.1, '
+                    'the last GPU build, has GPU code up to compute capability 8.6 (it runs on '
+                    '5.0-8.9) and none for Hopper or newer. MXNet runs on the CPU here; the '
+                    'PyTorch edition of this section uses the GPU: '
+                    + (twin or "the project's notebooks/pytorch/ folder"))
+    return Plan(cpu, False,
+                f'the CPU build, as {g.name} (compute capability {cc}) is too old for mxnet-cu112',
+                f'{g.name} (compute capability {cc}) is older than mxnet-cu112 supports (5.0 '
+                'and newer). MXNet runs on the CPU here.')
+
+
+def run_pip(args, what, why=None):
+    """``python -m pip <args> --quiet`` (``args``: list of str) for ``what`` (str) in this
+    interpreter's environment; with ``why`` (str), prints ``installing <what><why> ...`` and the
+    seconds it took. Raises :class:`SetupError` with pip's reason in one line and the fix."""
+    if why is not None:
+        print(f'd2lzh: installing {what}{why} ...', flush=True)
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, '-m', 'pip', *args, '--disable-pip-version-check',
+                             '--no-input', '--quiet'], capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = [line.strip() for line in (result.stderr or '').splitlines() if line.strip()]
+        reason = ([line for line in lines if line.startswith('ERROR')]
+                  or [line for line in lines if line.startswith('error')]
+                  or lines or [f'pip exited with {result.returncode}'])[0][:300]
+        raise SetupError(
+            f'pip could not install {what}: {reason}\n'
+            'Check that this runtime can reach the package index (Kaggle: Settings > Internet '
+            'on; behind a proxy set HTTPS_PROXY), then run the cell or the command again.')
+    importlib.invalidate_caches()
+    if why is not None:
+        print(f'd2lzh: {what} installed in {time.perf_counter() - start:.0f} s')
+
+
+def install_cuda11(target=None):
+    """Install :data:`d2lzh.setup.cuda11.PACKAGES` into ``target`` (default
+    :func:`d2lzh.setup.cuda11.target_dir`), unless it holds this set already; return it
+    (pathlib.Path). pip installs into a folder beside it, renamed into place only when pip
+    succeeded: a failed download leaves nothing behind. Raises :class:`SetupError`."""
+    target, wanted = Path(target or cuda11.target_dir()), '\n'.join(cuda11.PACKAGES) + '\n'
+    stamp = target / '.d2lzh-packages'
+    if stamp.exists() and stamp.read_text() == wanted:
+        return target
+    partial = target.with_name(target.name + f'.partial-{os.getpid()}')
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        run_pip(['install', '--no-deps', '--target', str(partial), *cuda11.PACKAGES],
+                "NVIDIA's CUDA 11 libraries for mxnet-cu112",
+                f' (about 1.6 GB, once per runtime) into {target}')
+        (partial / stamp.name).write_text(wanted)
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+def _version(name):
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def ensure_mxnet(notebook=None, verbose=False):
+    """Make sure the MXNet build that fits this machine is installed; return the :class:`Plan`.
+    Prints the plan's warning and what it installs and why; nothing when the right build is
+    there (``verbose=True``: one line). ``notebook``: as for :func:`choose_mxnet` (default: the
+    running notebook, where Jupyter tells it). Raises :class:`SetupError` when pip fails or
+    another MXNet build is imported in this kernel already (restart it, run again)."""
+    main = sys.modules.get('__main__')
+    for name in (notebook, getattr(main, '__session__', None), os.environ.get('JPY_SESSION_NAME')):
+        if name and str(name).endswith('.ipynb'):   # JupyterLab and VS Code tell it
+            notebook = Path(str(name)).name
+            break
+    plan = choose_mxnet(None, notebook)
+    wanted, have = plan.package.split('==')[0], installed_mxnet()
+    if plan.warning:
+        print(f'd2lzh: {plan.warning}')
+    if plan.cuda11:
+        install_cuda11()
+    if have == (wanted, MXNET_VERSION):
+        if verbose:
+            print(f'd2lzh: {plan.package} is installed ({plan.reason})')
+    elif 'mxnet' in sys.modules:
+        raise SetupError(f'MXNet ({" ".join(have or ())}) is already imported in this kernel '
+                         f'but this machine needs {wanted}: restart the kernel and run the '
+                         'notebook again.')
+    else:
+        if have is not None and have[0] != wanted:
+            print(f'd2lzh: uninstalling {" ".join(have)}, the other MXNet build', flush=True)
+            run_pip(['uninstall', '--yes', have[0]], f'the other MXNet build ({have[0]})')
+        numpy = _version('numpy')
+        note = '' if not numpy or numpy.startswith('1.') else (
+            f' (with --no-deps: its metadata asks for numpy<2, which would replace this '
+            f'runtime\'s numpy {numpy}; d2lzh makes MXNet work with numpy 2)')
+        run_pip(['install', '--no-deps', plan.package], plan.package, f': {plan.reason}{note}')
+    if importlib.util.find_spec('requests') is None:   # MXNet imports it; --no-deps skips it
+        run_pip(['install', 'requests>=2.20,<3'], 'requests', ' (MXNet imports it)')
+    return plan
+
+
+def ensure_torch():
+    """Make sure torch >= 2.4 is installed (the runtime's own, else ``torch>=2.4``, the CPU
+    build without an NVIDIA GPU, saying why); return its version (str). Raises
+    :class:`SetupError` when pip fails or an older torch is already imported in this kernel."""
+    have = _version('torch')
+    if have and tuple(int(x) for x in re.findall(r'\d+', have)[:2]) >= MIN_TORCH:
+        return have
+    if have and 'torch' in sys.modules:
+        raise SetupError(f'torch {have} is already imported in this kernel; the PyTorch '
+                         f'notebooks need torch >= 2.4: restart the kernel and run again.')
+    try:
+        gpu = bool(query_gpus())
+    except GPUQueryError:
+        gpu = False
+    why = f'torch {have} is older than 2.4' if have else 'PyTorch is not installed'
+    run_pip(['install', 'torch>=%d.%d' % MIN_TORCH] + (
+        [] if gpu else ['--extra-index-url', 'https://download.pytorch.org/whl/cpu']),
+        'torch>=2.4', f' ({why}; the {"CUDA" if gpu else "CPU"} build)')
+    return _version('torch')
+
+
+def main(argv=None):
+    """The command line (module docstring). Returns the exit status: 0, 1 (the reason printed
+    in one line), 2 (a wrong argument)."""
+    what = (sys.argv[1:] if argv is None else list(argv)) or ['plan']
+    if what not in (['plan'], ['mxnet'], ['torch'], ['cuda11']):
+        print('usage: python -m d2lzh.setup.install [plan|mxnet|torch|cuda11]: the MXNet build '
+              'this machine gets and why, or install it, PyTorch or CUDA 11', file=sys.stderr)
+        return 2
+    try:
+        if what == ['plan']:
+            plan = choose_mxnet()
+            print(f'{plan.package}: {plan.reason}'
+                  + (f' (+ CUDA 11 libraries into {cuda11.target_dir()})' if plan.cuda11 else '')
+                  + (f'\n{plan.warning}' if plan.warning else ''))
+        elif what == ['mxnet']:
+            ensure_mxnet(verbose=True)
+        elif what == ['torch']:
+            print(f'd2lzh: torch {ensure_torch()}')
+        else:
+            print(install_cuda11())
+    except SetupError as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
