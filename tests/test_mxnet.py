@@ -1,9 +1,14 @@
-"""d2lzh.mxnet: devices, models, split/allreduce, evaluation, data iterators."""
+"""d2lzh.mxnet (the book API of d2lzh/mxnet/book.py): devices, models, split/allreduce,
+evaluation, data iterators."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import d2lzh as d2l
-import d2lzh.mxnet as dm
+import d2lzh.mxnet
+from d2lzh.mxnet import book as dm
 from d2lzh.mxnet import mx, nd
 
 CPUS = [mx.cpu(i) for i in range(4)]
@@ -31,8 +36,33 @@ def test_unusable_gpu_falls_back_with_a_warning(monkeypatch):
 
 @pytest.mark.parametrize('bad', [0, -1, 1.5, '2', True])
 def test_try_devices_rejects(bad):
-    with pytest.raises(ValueError, match='positive whole number of devices'):
+    with pytest.raises(ValueError, match='num=.* positive whole number'):
         d2l.try_devices(bad)
+
+
+def test_gpu_name_from_nvidia_smi_or_a_fallback(monkeypatch):
+    from d2lzh.setup.gpus import GPU, GPUQueryError
+    monkeypatch.setattr(dm, 'query_gpus', lambda: [GPU('Tesla T4', (7, 5))])
+    assert dm.gpu_name(0) == 'Tesla T4' and dm.gpu_name(1) == 'gpu(1)'
+
+    def no_driver():
+        raise GPUQueryError('NVIDIA-SMI has failed')
+    monkeypatch.setattr(dm, 'query_gpus', no_driver)
+    assert dm.gpu_name(0) == 'gpu(0)'
+
+
+def test_package_gives_the_book_api_and_imports_mxnet_only_when_used():
+    """A ps-lite server runs inside `import mxnet`: importing the package, its worker program
+    and its launcher must not import MXNet; the first book name does."""
+    code = ('import sys, d2lzh.mxnet, d2lzh.mxnet.dist, d2lzh.mxnet.launch\n'
+            "assert 'mxnet' not in sys.modules, 'imported MXNet'\n"
+            'import d2lzh as d2l\n'
+            'assert d2l.try_gpu is d2lzh.mxnet.try_gpu is d2lzh.mxnet.book.try_gpu\n'
+            "assert 'mxnet' in sys.modules\n")
+    subprocess.run([sys.executable, '-c', code], check=True, timeout=300)
+    assert set(d2lzh.mxnet.__all__) <= set(dir(d2lzh.mxnet))
+    with pytest.raises(AttributeError, match="'d2lzh.mxnet' has no attribute 'train'"):
+        d2lzh.mxnet.train
 
 
 # ------------------------------------------------------------- split_and_load
@@ -189,6 +219,22 @@ def test_residual_shapes_and_hybridize(use_1x1conv, strides, shape):
     assert out.shape == shape
     blk.hybridize()
     np.testing.assert_allclose(blk(X).asnumpy(), out.asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_lenet_is_the_network_of_section_8_4():
+    mx.random.seed(0)
+    net = d2lzh.mxnet.lenet()
+    net.initialize(mx.init.Xavier())
+    X = nd.random.uniform(shape=(2, 1, 28, 28))
+    before = net(X).asnumpy()
+    assert before.shape == (2, 10)
+    # conv 3x3 (20), avg pool 2, conv 5x5 (50), avg pool 2 -> 50 x 4 x 4, dense 128, dense 10
+    assert [p.shape for p in net.collect_params().values()] == [
+        (20, 1, 3, 3), (20,), (50, 20, 5, 5), (50,), (128, 800), (128,), (10, 128), (10,)]
+    assert [type(b).__name__ for b in net] == ['Conv2D', 'AvgPool2D', 'Conv2D', 'AvgPool2D',
+                                              'Dense', 'Dense']
+    net.hybridize()
+    np.testing.assert_allclose(net(X).asnumpy(), before, rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------ data iterators

@@ -1,5 +1,5 @@
 """MXNet's parameter server (ps-lite, kvstore='dist_sync') started by MXNet's own
-launcher through d2lzh.mxnet_launch: results, faults, deadline, no process left.
+launcher through d2lzh.mxnet.launch: results, faults, deadline, no process left.
 
 Every job runs on 127.0.0.1 only, under the launcher's --timeout and under a
 subprocess timeout here; each test checks with psutil that no process of its
@@ -17,9 +17,8 @@ import numpy as np
 import psutil
 import pytest
 
-from d2lzh import _dmlc_compat
-from d2lzh import mxnet_dist
-from d2lzh.mxnet_launch import describe_exit
+from d2lzh import jobs
+from d2lzh.mxnet import dist, launch
 
 HOST = '127.0.0.1'
 STEPS = 4
@@ -41,13 +40,13 @@ def job_processes(tag):
     return found
 
 
-def launch(*worker_args, workers=2, servers=1, timeout=60, extra_env=None):
+def run_job(*worker_args, workers=2, servers=1, timeout=60, extra_env=None):
     """Run the documented command; returns (returncode, stderr+stdout, seconds, tag)."""
     tag = uuid.uuid4().hex
     env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1', **(extra_env or {}))
-    cmd = [sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST, '--timeout', str(timeout),
+    cmd = [sys.executable, '-m', 'd2lzh.mxnet.launch', '--host', HOST, '--timeout', str(timeout),
            '-n', str(workers), '-s', str(servers), '--launcher', 'local',
-           sys.executable, '-m', 'd2lzh.mxnet_dist', '--batch-size', str(BATCH),
+           sys.executable, '-m', 'd2lzh.mxnet.dist', '--batch-size', str(BATCH),
            '--max-steps', str(STEPS), '--max-examples', '1024', *worker_args]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -81,35 +80,26 @@ def assert_nothing_left(tag):
 
 
 def test_patch_fixes_threads_and_address():
-    tracker = _dmlc_compat.patch_dmlc_tracker(HOST)
+    tracker = launch.patch_dmlc_tracker(HOST)
     assert tracker.get_host_ip('auto') == HOST
     thread = tracker.Thread(target=lambda: None)
     thread.setDaemon(True)
     thread.start()
     thread.join()
     assert thread.daemon and not thread.isAlive()
-    tracker = _dmlc_compat.patch_dmlc_tracker(None)  # back to dmlc's own guess
+    tracker = launch.patch_dmlc_tracker(None)  # back to dmlc's own guess
     assert tracker.get_host_ip('10.1.2.3') == '10.1.2.3'
 
 
 def test_describe_exit():
-    assert describe_exit(-9) == 'killed by SIGKILL'
-    assert describe_exit(1) == 'exit code 1'
-    assert describe_exit(137) == 'exit code 137 (= 128 + SIGKILL)'
-
-
-def test_batch_indices_shard_the_global_batch():
-    parts = [mxnet_dist.batch_indices(100, 8, 3, r, epoch=1, seed=0) for r in range(3)]
-    whole = mxnet_dist.batch_indices(100, 8, 3, None, epoch=1, seed=0)
-    assert len(whole) == 100 // 24
-    for t, batch in enumerate(whole):
-        np.testing.assert_array_equal(np.concatenate([p[t] for p in parts]), batch)
-    with pytest.raises(ValueError, match='fewer than one global batch'):
-        mxnet_dist.batch_indices(10, 8, 3, 0, epoch=0, seed=0)
+    assert launch.describe_exit(-9) == 'killed by SIGKILL'
+    assert launch.describe_exit(1) == 'exit code 1'
+    assert launch.describe_exit(137) == 'exit code 137 (= 128 + SIGKILL)'
+    assert launch.describe_exit(200) == 'exit code 200'
 
 
 def test_launcher_requires_host_and_timeout():
-    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet_launch', '-n', '1',
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet.launch', '-n', '1',
                           '--launcher', 'local', 'true'],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
@@ -118,20 +108,20 @@ def test_launcher_requires_host_and_timeout():
 
 def test_two_workers_equal_one_process_on_the_combined_batch(tmp_path):
     # An exported PORT would make ps-lite bind every process to one port: the launcher drops it.
-    code, out, seconds, tag = launch('--out', str(tmp_path), extra_env={'PORT': '9'})
+    code, out, seconds, tag = run_job('--out', str(tmp_path), extra_env={'PORT': '9'})
     assert code == 0, out
     assert 'ignoring PORT=9' in out
     assert 'all 4 processes (1 scheduler, 1 server, 2 worker) finished' in out
     assert_nothing_left(tag)
-    w0 = mxnet_dist.load_result(tmp_path, 'worker-0')
-    w1 = mxnet_dist.load_result(tmp_path, 'worker-1')
+    w0 = dist.load_result(tmp_path, 'worker-0')
+    w1 = dist.load_result(tmp_path, 'worker-1')
     assert (w0['steps'], w0['global_batch'], w0['num_workers']) == (STEPS, 2 * BATCH, 2)
     assert w0['losses'] != w1['losses']  # different shards
     for a, b in zip(w0['params'], w1['params']):
         np.testing.assert_array_equal(a, b)  # the workers hold the same parameters
-    single = mxnet_dist.train(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=STEPS,
+    single = dist.train(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=STEPS,
                               max_examples=1024)
-    init = mxnet_dist.train(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=0,
+    init = dist.train(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=0,
                             max_examples=1024)
     for a, b, c in zip(w0['params'], single['params'], init['params']):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
@@ -142,32 +132,36 @@ def test_step_with_the_local_batch_multiplies_the_learning_rate(tmp_path):
     # trainer.step(B) instead of trainer.step(B * W): the servers' sum of W workers' gradients
     # divided by B is W times the mean gradient. The worker's plain SGD (no weight decay) then
     # trains exactly as one process with learning rate W * lr, up to the order of the sums.
-    code, out, seconds, tag = launch('--step-batch', 'local', '--out', str(tmp_path))
+    code, out, seconds, tag = run_job('--step-batch', 'local', '--out', str(tmp_path))
     assert code == 0, out
     assert f'global batch {2 * BATCH} (trainer.step({BATCH}): --step-batch local)' in out
     assert_nothing_left(tag)
-    w0 = mxnet_dist.load_result(tmp_path, 'worker-0')
-    w1 = mxnet_dist.load_result(tmp_path, 'worker-1')
+    w0 = dist.load_result(tmp_path, 'worker-0')
+    w1 = dist.load_result(tmp_path, 'worker-1')
     assert (w0['steps'], w0['step_batch']) == (STEPS, 'local')
     for a, b in zip(w0['params'], w1['params']):
         np.testing.assert_array_equal(a, b)
     kwargs = dict(kvstore=None, batch_size=BATCH, num_workers=2, max_steps=STEPS,
                   max_examples=1024)
-    correct = mxnet_dist.train(lr=w0['lr'], **kwargs)
-    scaled = mxnet_dist.train(lr=2 * w0['lr'], **kwargs)
+    correct = dist.train(lr=w0['lr'], **kwargs)
+    scaled = dist.train(lr=2 * w0['lr'], **kwargs)
     for a, b in zip(w0['params'], scaled['params']):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     # ... and not the correct result: far beyond the rounding allowed above.
     assert max(float(np.abs(a - b).max()) for a, b in zip(w0['params'], correct['params'])) > 1e-3
     with pytest.raises(ValueError, match="step_batch='worker' is not valid"):
-        mxnet_dist.train(step_batch='worker', **kwargs)
+        dist.train(step_batch='worker', **kwargs)
 
 
-@pytest.mark.parametrize('mode, said', [('raise', 'RuntimeError: injected fault'),
-                                        ('kill', 'killed by SIGKILL')])
-def test_a_failing_worker_ends_the_whole_job(mode, said):
-    deadline = 60
-    code, out, seconds, tag = launch('--fault', f'{mode}:1:2', timeout=deadline)
+@pytest.mark.parametrize('mode, said, how', [
+    ('raise', 'RuntimeError: worker rank 1 failed on purpose before minibatch 2', 'env'),
+    ('kill', 'killed by SIGKILL', 'cli')])
+def test_a_failing_worker_ends_the_whole_job(mode, said, how):
+    """The fault reaches the worker through $D2LZH_FAULT (the seam of d2lzh.jobs), or through
+    the worker's --fault, which sets it."""
+    spec = f'{mode}:1:2'
+    code, out, seconds, tag = run_job(*(['--fault', spec] if how == 'cli' else []), timeout=60,
+                                      extra_env={jobs.FAULT_ENV: spec} if how == 'env' else None)
     assert code == 1, out
     assert f'worker (kv.rank 1, ' in out and said in out, out
     assert 'ending the job: stopping 3 other process(es)' in out
@@ -179,7 +173,7 @@ def test_a_failing_worker_ends_the_whole_job(mode, said):
 
 def test_deadline_ends_a_job_that_does_not_finish():
     # The worker's own --timeout (after the command) is the worker's, not the launcher's.
-    code, out, seconds, tag = launch('--max-steps', '100000', '--epochs', '1000',
+    code, out, seconds, tag = run_job('--max-steps', '100000', '--epochs', '1000',
                                      '--timeout', '300', timeout=6)
     assert code == 124, out
     assert 'deadline of 6 s passed; still running:' in out and 'worker (kv.rank' in out
@@ -187,14 +181,15 @@ def test_deadline_ends_a_job_that_does_not_finish():
     assert_nothing_left(tag)
 
 
-def test_loopback_only_and_processes_end_when_the_launcher_is_killed(tmp_path):
+def test_loopback_only_and_every_process_ends_within_10_s_when_the_launcher_is_killed(tmp_path):
     """Mid-run, every process listens on 127.0.0.1 only. Then SIGKILL, which the launcher
-    cannot handle: each process's watchdog sees its launcher go."""
+    cannot handle: scheduler, server and workers each see their launcher go
+    (d2lzh.jobs.watch) and are all gone within 10 s."""
     tag = uuid.uuid4().hex
     # A launcher killed with SIGKILL cannot remove its temporary folder: keep it in tmp_path.
     env = dict(os.environ, D2LZH_TEST_TAG=tag, OMP_NUM_THREADS='1', TMPDIR=str(tmp_path))
-    cmd = [sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST, '--timeout', '60',
-           '-n', '2', '-s', '1', '--launcher', 'local', sys.executable, '-m', 'd2lzh.mxnet_dist',
+    cmd = [sys.executable, '-m', 'd2lzh.mxnet.launch', '--host', HOST, '--timeout', '60',
+           '-n', '2', '-s', '1', '--launcher', 'local', sys.executable, '-m', 'd2lzh.mxnet.dist',
            '--max-steps', '100000', '--epochs', '1000', '--max-examples', '1024']
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -214,21 +209,26 @@ def test_loopback_only_and_processes_end_when_the_launcher_is_killed(tmp_path):
             time.sleep(0.2)
         assert len(listening) == 4 and all(listening.values()), listening
         assert {ip for ips in listening.values() for ip in ips} == {HOST}, listening
+        roles = sorted(p.environ()['DMLC_ROLE'] for p in job_processes(tag)
+                       if 'DMLC_ROLE' in p.environ())
+        assert roles == ['scheduler', 'server', 'worker', 'worker']
         proc.kill()
+        killed = time.monotonic()
         proc.wait(timeout=10)
-        end = time.monotonic() + 10
-        while job_processes(tag) and time.monotonic() < end:
-            time.sleep(0.2)
+        while job_processes(tag) and time.monotonic() < killed + 10:
+            time.sleep(0.1)
+        seconds = time.monotonic() - killed
         assert_nothing_left(tag)
+        assert seconds < 10, f'the job outlived its launcher by {seconds:.1f} s'
     finally:
         for p in job_processes(tag):
             p.kill()
 
 
 def test_processes_of_remote_launchers_are_named():
-    from d2lzh.mxnet_launch import _role_of
+    _role_of = launch._role_of
     ssh = ("ssh -o StrictHostKeyChecking=no 10.0.0.11 -p 22 'export DMLC_ROLE=server; "
-           "export DMLC_NODE_HOST=10.0.0.11; cd /job; python -m d2lzh.mxnet_dist'")
+           "export DMLC_NODE_HOST=10.0.0.11; cd /job; python -m d2lzh.mxnet.dist'")
     assert _role_of(ssh, {}) == ('server', 'via ssh on 10.0.0.11')
     mpi = 'mpirun -n 2  -x DMLC_ROLE=worker -x DMLC_NUM_WORKER=2 --hostfile hosts python x.py'
     assert _role_of(mpi, {}) == ('worker', 'mpirun')
@@ -244,15 +244,22 @@ def test_worker_watchdog_ends_a_worker_waiting_for_a_scheduler_that_never_comes(
     env = dict(os.environ, DMLC_ROLE='worker', DMLC_PS_ROOT_URI=HOST, DMLC_PS_ROOT_PORT=str(port),
                DMLC_NODE_HOST=HOST, DMLC_NUM_SERVER='1', DMLC_NUM_WORKER='1', OMP_NUM_THREADS='1')
     start = time.monotonic()
-    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet_dist', '--timeout', '3'], env=env,
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet.dist', '--timeout', '3'], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 124, out.stderr
     assert 'worker (pid' in out.stderr and 'deadline of 3 s passed, exiting' in out.stderr
     assert time.monotonic() - start < 20
 
 
+def test_a_bad_fault_spec_is_a_clear_error():
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet.dist', '--fault', 'crash:1'],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "--fault: fault 'crash:1' is not valid: use KIND:RANK:STEP" in out.stderr
+
+
 def test_ssh_launcher_without_host_file_is_a_clear_error():
-    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet_launch', '--host', HOST,
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet.launch', '--host', HOST,
                           '--timeout', '10', '-n', '1', 'true'],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
@@ -264,7 +271,7 @@ def test_two_jobs_started_together_both_finish():
     # scheduler binds it); the patched search starts at a random port of the same range.
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda _: launch(timeout=90), range(2)))
+        results = list(pool.map(lambda _: run_job(timeout=90), range(2)))
     for code, out, _, tag in results:
         assert code == 0, out
         assert_nothing_left(tag)

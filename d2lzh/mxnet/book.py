@@ -1,51 +1,40 @@
-"""The MXNet/Gluon helpers that the book's chapters call (d2lzh 1.0 API).
+"""The MXNet/Gluon helpers the book's chapters call (d2lzh 1.0 API, plus ``lenet``).
 
-Importing this module imports MXNet (after :mod:`d2lzh._compat` has made it
-importable). ``import d2lzh as d2l`` exposes every public name here lazily,
-so MXNet is loaded only when one of them is first used.
-
-Book sections: 3.5 (Fashion-MNIST), 3.6/3.11 (``evaluate_accuracy``, ``sgd``),
-4.6 (``try_gpu``), 5.11 (``Residual``), 8.4 (``split_and_load``,
-``allreduce``, ``get_params``), 8.5 (``resnet18``, ``try_all_gpus``).
+Importing it imports MXNet (:func:`d2lzh.setup.import_mxnet`); ``import d2lzh as d2l`` and
+``import d2lzh.mxnet`` give its names lazily. Book sections: 3.5 (Fashion-MNIST), 3.2/3.6
+(``sgd``, ``evaluate_accuracy``), 4.6 (``try_gpu``), 5.11 (``Residual``), 8.4 (``lenet``,
+``split_and_load``, ``allreduce``, ``get_params``), 8.5 (``resnet18``, ``try_all_gpus``).
 """
 import os
-import shutil
-import subprocess
+import platform
 import warnings
 
 import numpy as np
 
-from . import _cuda11
-from . import checks as _checks
-from . import data as _data
-from ._compat import import_mxnet
+from .. import checks as _checks
+from .. import data as _data
+from .. import results as _results
+from ..setup import import_mxnet
+from ..setup.cuda11 import no_gpu_warning
+from ..setup.gpus import GPUQueryError, query_gpus
+from . import BOOK_NAMES
 
 mx = import_mxnet()
-from mxnet import autograd, gluon, nd  # noqa: E402
+from mxnet import autograd, gluon, nd  # noqa: E402, F401 (book names)
 from mxnet.gluon import nn  # noqa: E402
 
-__all__ = ['mx', 'nd', 'gluon', 'autograd', 'nn', 'gpu_name', 'try_gpu', 'try_all_gpus',
-           'try_devices', 'describe_devices', 'Residual', 'resnet18', 'split_and_load', 'allreduce',
-           'get_params', 'sgd', 'evaluate_accuracy', 'FashionMNISTIter',
-           'load_data_fashion_mnist', 'choose_max_examples', 'setup_report']
+__all__ = list(BOOK_NAMES)
 
 
 # ---------------------------------------------------------------- devices (4.6)
 
 def gpu_name(i):
-    """Marketing name of GPU ``i`` from ``nvidia-smi`` (e.g. 'NVIDIA H100 80GB
-    HBM3'), or ``'gpu(i)'`` when nvidia-smi is not available."""
-    smi = shutil.which('nvidia-smi')
-    if smi:
-        try:
-            out = subprocess.run([smi, '--query-gpu=name', '--format=csv,noheader', f'-i={i}'],
-                                 capture_output=True, text=True, timeout=20, check=True)
-            name = out.stdout.strip()
-            if name:
-                return name
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return f'gpu({i})'
+    """Marketing name of GPU ``i`` from ``nvidia-smi`` (e.g. 'NVIDIA H100 80GB HBM3'),
+    or ``'gpu(i)'`` when nvidia-smi does not know it (see :func:`d2lzh.setup.gpus.query_gpus`)."""
+    try:
+        return query_gpus()[i].name
+    except (GPUQueryError, IndexError):
+        return f'gpu({i})'
 
 
 def _probe_gpu(i):
@@ -65,16 +54,14 @@ _gpu_cache = None
 
 
 def _working_gpus():
-    """Indices of the GPUs on which this MXNet build can run a kernel.
-
-    Probes each GPU once per process. A GPU that fails (e.g. an H100 with
-    ``mxnet-cu112``, whose kernels stop at sm_86) gives a warning naming it.
-    """
+    """Indices of the GPUs on which this MXNet build can run a kernel, probed once per
+    process. A GPU that fails (e.g. an H100 with ``mxnet-cu112``, whose kernels stop at
+    sm_86) gives a RuntimeWarning naming it."""
     global _gpu_cache
     if _gpu_cache is None:
         _gpu_cache = []
         count = mx.context.num_gpus()
-        if count == 0 and (message := _cuda11.no_gpu_warning()):  # GPU build, no GPU
+        if count == 0 and (message := no_gpu_warning()):  # GPU build, no GPU
             warnings.warn(message, RuntimeWarning, stacklevel=3)
         for i in range(count):
             reason = _probe_gpu(i)
@@ -91,14 +78,7 @@ def _working_gpus():
 
 
 def try_gpu(i=0):
-    """Return ``mx.gpu(i)`` if a kernel runs there, else ``mx.cpu()`` (book 4.6).
-
-    Args:
-        i (int): GPU index.
-
-    Returns:
-        mxnet.Context
-    """
+    """Return ``mx.gpu(i)`` (mxnet.Context) if a kernel runs there, else ``mx.cpu()`` (book 4.6)."""
     return mx.gpu(i) if i in _working_gpus() else mx.cpu()
 
 
@@ -109,42 +89,23 @@ def try_all_gpus():
 
 
 def try_devices(num):
-    """Return ``num`` devices for data-parallel code (chapter 8.4/8.5).
-
-    GPUs when at least ``num`` of them work. With no working GPU, the CPU
-    contexts ``mx.cpu(0) .. mx.cpu(num-1)`` stand in: MXNet treats each as a
-    separate device (own engine queue, own memory), so the multi-device code
-    path runs unchanged, but they share the same cores and memory.
-
-    Args:
-        num (int): how many devices, >= 1.
-
-    Returns:
-        list of mxnet.Context. With some but fewer than ``num`` GPUs, only the
-        available GPUs are returned, with a RuntimeWarning naming them
-        (the same rule as the PyTorch edition: :func:`d2lzh.checks.choose_gpus`).
+    """Return ``num`` devices (list of mxnet.Context) for data-parallel code (8.4/8.5):
+    GPUs when ``num`` of them work; with none, ``mx.cpu(0) .. mx.cpu(num-1)``, which MXNet
+    treats as separate devices (own engine queue and memory; the same cores); with fewer,
+    those GPUs and a RuntimeWarning (:func:`d2lzh.checks.choose_gpus`).
 
     Raises:
         ValueError: ``num`` is not a positive int.
     """
-    _checks.check_num_devices(num)
+    _checks.check_positive_int('num', num)
     gpus = _checks.choose_gpus(num, _working_gpus(), lambda i: f'gpu({i}) {gpu_name(i)}')
     return [mx.gpu(i) for i in gpus] if gpus else [mx.cpu(i) for i in range(num)]
 
 
 def describe_devices(devices, num):
-    """Say in one sentence (Chinese) what code written for ``num`` devices
-    really runs on (beyond the book; used by the notebooks of 8.3-8.5).
-
-    Args:
-        devices (list of mxnet.Context): what ``try_devices(num)`` returned.
-        num (int): how many devices the code asked for.
-
-    Returns:
-        str: names the devices and says whether they are real GPUs, CPU
-        contexts standing in for GPUs (same cores, no speed-up), or fewer
-        devices than asked for (so the ``num``-device run is not one).
-    """
+    """Say in one Chinese sentence (str) what code written for ``num`` devices really runs
+    on, given ``devices = try_devices(num)``: real GPUs, CPU contexts standing in for GPUs
+    (same cores, no speed-up), or fewer devices than asked for (beyond the book; 8.3-8.5)."""
     names = ', '.join(str(d) for d in devices)
     if len(devices) < num:
         return (f'要 {num} 个设备，这台机器上只有 {len(devices)} 个可用（{names}）：'
@@ -158,20 +119,13 @@ def describe_devices(devices, num):
             f'它们共用同一组 CPU 核心和内存，代码路径与多 GPU 相同，但不会因此变快。')
 
 
-# ----------------------------------------------------------------- models (5.11, 8.5)
+# ------------------------------------------------------------- models (5.11, 8.4, 8.5)
 
 class Residual(nn.HybridBlock):
-    """The residual block of ResNet (book 5.11).
-
-    Two 3x3 convolutions with batch norm; the input skips around them, through
-    a 1x1 convolution when ``use_1x1conv`` (needed when the channel count or
-    the resolution changes). Input and output: float32 (batch, C, H, W).
-
-    Args:
-        num_channels (int): output channels.
-        use_1x1conv (bool): project the shortcut with a 1x1 convolution.
-        strides (int): stride of the first convolution (2 halves H and W).
-    """
+    """The residual block of ResNet (book 5.11): two 3x3 convolutions (``num_channels``
+    outputs, the first with ``strides``) with batch norm; the input skips around them,
+    through a 1x1 convolution when ``use_1x1conv`` (needed when the channels or the
+    resolution change). Input and output: float32 (batch, C, H, W)."""
 
     def __init__(self, num_channels, use_1x1conv=False, strides=1, **kwargs):
         super().__init__(**kwargs)
@@ -212,6 +166,17 @@ def resnet18(num_classes):  #@save
                                strides=2 if downsample else 1))
         net.add(block)
     net.add(nn.GlobalAvgPool2D(), nn.Dense(num_classes))
+    return net
+
+
+def lenet():
+    """LeNet as section 8.4 trains it, in Gluon layers: conv 3x3 (20) - ReLU - avg pool 2 -
+    conv 5x5 (50) - ReLU - avg pool 2 - dense 128 - ReLU - dense 10. Returns a
+    HybridSequential, not initialized: float32 (batch, 1, 28, 28) -> (batch, 10) logits."""
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(20, kernel_size=3, activation='relu'), nn.AvgPool2D(pool_size=2, strides=2),
+            nn.Conv2D(50, kernel_size=5, activation='relu'), nn.AvgPool2D(pool_size=2, strides=2),
+            nn.Dense(128, activation='relu'), nn.Dense(10))
     return net
 
 
@@ -274,40 +239,24 @@ def get_params(params, ctx):  #@save
 
 
 def sgd(params, lr, batch_size):
-    """Minibatch stochastic gradient descent, in place (book 3.2).
-
-    Args:
-        params (list of NDArray): parameters with ``.grad`` attached.
-        lr (float): learning rate.
-        batch_size (int): the gradients are sums over this many examples.
-    """
+    """Minibatch SGD in place (book 3.2): each of ``params`` (NDArrays with ``.grad``, sums
+    over ``batch_size`` examples) moves by ``-lr * grad / batch_size``."""
     for param in params:
         param[:] = param - lr * param.grad / batch_size
 
 
 # ------------------------------------------------------------- evaluation (3.6)
 
-def _unpack(batch):
-    if hasattr(batch, 'data') and hasattr(batch, 'label'):  # mx.io.DataBatch
-        return batch.data[0], batch.label[0]
-    return batch[0], batch[1]
-
-
 def evaluate_accuracy(data_iter, net, ctx=None):
-    """Classification accuracy of ``net`` on ``data_iter`` (book 3.6, 8.5).
-
-    Each batch is split over the devices in ``ctx`` (fewer devices are used
-    for a batch smaller than the device count, so any batch size works). The
-    counts stay on the devices until the end: one synchronisation per call.
+    """Classification accuracy (float in [0, 1]) of ``net`` on ``data_iter`` (book 3.6, 8.5).
+    Each batch is split over ``ctx`` (any batch size works); the counts stay on the devices
+    until the end: one synchronisation per call.
 
     Args:
-        data_iter: iterable of ``(X, y)`` (or ``mx.io.DataBatch``); X float32
-            (batch, ...), y integer class labels (batch,).
+        data_iter: iterable of ``(X, y)`` or ``mx.io.DataBatch``; X float32 (batch, ...),
+            y integer class labels (batch,).
         net (callable): maps X to logits (batch, num_classes).
         ctx (Context or list of Context): devices; default ``[mx.cpu()]``.
-
-    Returns:
-        float: fraction of correctly classified examples, in [0, 1].
 
     Raises:
         ValueError: ``data_iter`` yields no example.
@@ -318,7 +267,7 @@ def evaluate_accuracy(data_iter, net, ctx=None):
         ctx = [ctx]
     correct, n = nd.zeros((1,), ctx=mx.cpu()), 0
     for batch in data_iter:
-        X, y = _unpack(batch)
+        X, y = (batch.data[0], batch.label[0]) if isinstance(batch, mx.io.DataBatch) else batch
         devices = ctx[:min(len(ctx), X.shape[0])]
         for Xs, ys in zip(split_and_load(X, devices, even_split=False),
                           split_and_load(y, devices, even_split=False)):
@@ -332,21 +281,11 @@ def evaluate_accuracy(data_iter, net, ctx=None):
 # ---------------------------------------------------------------- data (3.5)
 
 class FashionMNISTIter(_data.MinibatchIter):
-    """Minibatches of Fashion-MNIST as NDArrays on the CPU (book 3.5).
-
-    Iterating yields ``(X, y)``: X float32 (batch, 1, H, W) scaled to [0, 1],
-    y int32 (batch,). The last batch may be smaller. ``len()`` is the number
-    of batches. Each pass over a shuffled iterator uses a new permutation from
-    numpy's global RNG.
-
-    Args:
-        images (numpy.ndarray): uint8 (N, 28, 28).
-        labels (numpy.ndarray): int (N,).
-        batch_size (int): examples per batch.
-        shuffle (bool): shuffle every epoch.
-        resize (int or None): resize images to resize x resize (bilinear),
-            batch by batch.
-    """
+    """Minibatches of Fashion-MNIST ``images`` (uint8 (N, 28, 28)) and ``labels`` (int (N,))
+    as NDArrays on the CPU (book 3.5): ``(X, y)``, X float32 (batch, 1, H, W) in [0, 1],
+    y int32 (batch,); the last batch may be smaller; ``len()`` counts the batches. With
+    ``shuffle``, each pass draws a permutation from numpy's global RNG; ``resize`` (int or
+    None) resizes each batch to resize x resize (bilinear)."""
 
     def __init__(self, images, labels, batch_size, shuffle, resize=None):
         self.images = images.astype(np.float32)[:, None, :, :] / 255
@@ -365,59 +304,47 @@ class FashionMNISTIter(_data.MinibatchIter):
 
 
 def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=None):
-    """Fashion-MNIST as a pair of iterators (book 3.5; d2lzh 1.0 signature).
-
-    The data is found, verified or downloaded by :mod:`d2lzh.data` (see there
-    for the search order; ``root`` is searched first).
+    """Fashion-MNIST as a pair of iterators (book 3.5; d2lzh 1.0 signature), the data found,
+    verified or downloaded by :func:`d2lzh.data.load_fashion_mnist`.
 
     Args:
         batch_size (int): positive.
         resize (int or None): positive side length to resize the 28x28 images to.
         root (str or None): folder to search first for the four ``.gz`` files.
-        max_examples (int, 'all' or None): keep the first N training and the
-            first N test examples; None reads ``$D2LZH_MAX_EXAMPLES``.
+        max_examples (int, 'all' or None): keep the first N training and the first N test
+            examples; None reads ``$D2LZH_MAX_EXAMPLES``.
 
     Returns:
-        (FashionMNISTIter, FashionMNISTIter): shuffled training data and
-        unshuffled test data.
+        (FashionMNISTIter, FashionMNISTIter): shuffled training and unshuffled test data.
 
     Raises:
         ValueError: invalid ``batch_size``, ``resize`` or ``max_examples``.
         d2lzh.data.FashionMNISTNotFoundError: no data and no download.
         d2lzh.data.CorruptDataError: a data file fails verification.
     """
-    _data.check_positive_int('batch_size', batch_size)
-    _data.check_positive_int('resize', resize, allow_none=True)
+    _checks.check_positive_int('batch_size', batch_size)
+    _checks.check_positive_int('resize', resize, allow_none=True)
     train_x, train_y, test_x, test_y = _data.load_fashion_mnist(root, max_examples)
     return (FashionMNISTIter(train_x, train_y, batch_size, True, resize),
             FashionMNISTIter(test_x, test_y, batch_size, False, resize))
 
 
 def choose_max_examples(cpu_default, gpu_available=None):
-    """Decide how much of Fashion-MNIST a training cell uses, and say so.
-
-    See :func:`d2lzh.data.choose_max_examples`; here ``gpu_available``
-    defaults to whether MXNet can run a kernel on a GPU.
-
-    Returns:
-        int or None: the subset size, None for the full data set.
+    """How much of Fashion-MNIST a training cell uses (int, or None for all), said in print:
+    :func:`d2lzh.results.choose_max_examples`, with ``gpu_available`` defaulting to whether
+    MXNet can run a kernel on a GPU.
 
     Raises:
         ValueError: ``$D2LZH_MAX_EXAMPLES`` or ``cpu_default`` is invalid.
     """
     if gpu_available is None:
         gpu_available = bool(_working_gpus())
-    return _data.choose_max_examples(cpu_default, gpu_available)
+    return _results.choose_max_examples(cpu_default, gpu_available)
 
 
 def setup_report():
-    """Print the versions and the devices this notebook runs with.
-
-    Says plainly when there is no working GPU. Returns None (so that a setup
-    cell ending with this call displays nothing more); use
-    :func:`try_all_gpus` for the devices themselves.
-    """
-    import platform
+    """Print the versions and the devices this notebook runs with, saying plainly when
+    there is no working GPU. Returns None (a setup cell ending with it shows nothing more)."""
     print(f'Python {platform.python_version()}, MXNet {mx.__version__}, numpy {np.__version__}, '
           f'CPU cores: {os.cpu_count()}')
     gpus = [mx.gpu(i) for i in _working_gpus()]

@@ -1,0 +1,265 @@
+"""One program for every process of an MXNet parameter-server job (beyond the book).
+
+MXNet's launcher starts it once per process; ``DMLC_ROLE`` says which one this is:
+``scheduler`` and ``server`` run ps-lite's loop inside ``import mxnet`` and exit when the
+job ends; a ``worker`` trains :func:`~d2lzh.mxnet.book.lenet` (8.4's network) on its shard
+of Fashion-MNIST (:func:`d2lzh.jobs.batch_indices`) with ``gluon.Trainer(...,
+kvstore='dist_sync')`` (or ``dist_async``), as 8.5 trains on several GPUs, and writes its
+parameters and step times to ``--out``. Start the job with :mod:`d2lzh.mxnet.launch`::
+
+    python -m d2lzh.mxnet.launch --host 127.0.0.1 --timeout 300 \\
+        -n 2 -s 1 --launcher local python -m d2lzh.mxnet.dist --out build/dist
+
+Without ``DMLC_ROLE`` it trains in this one process without a kvstore, on the combined
+minibatch of ``--workers`` workers: the result the job must reproduce.
+
+``--step-batch local`` shows a common mistake: each worker calls ``trainer.step(batch_size)``
+instead of ``trainer.step(batch_size * num_workers)``. The servers sum W workers'
+gradients, so that is W times the mean gradient, and plain SGD (this program's optimizer)
+trains exactly as one process with W times the learning rate (up to the rounding of the
+servers' sum; momentum keeps this exact, weight decay would not).
+
+Every process drops ``$PORT`` (ps-lite would bind every process to it) and runs
+:func:`d2lzh.jobs.watch`: it ends after ``--timeout`` seconds or when its launcher has gone
+(ps-lite never notices a dead peer). ``--fault KIND:RANK:STEP`` (``$D2LZH_FAULT``) makes a
+worker fail on purpose through :func:`d2lzh.jobs.inject_faults`, to show how a job ends.
+"""
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from .. import jobs
+from ..checks import check_positive_int
+
+ROLES = ('scheduler', 'server', 'worker')
+STEP_BATCHES = ('global', 'local')  # what trainer.step gets: batch_size * num_workers or batch_size
+PREFIX = 'd2lzh.mxnet.dist'
+# Set by d2lzh.mxnet.launch for each process it starts (with jobs.LAUNCHER_PID_ENV).
+STATUS_ENV = 'D2LZH_DIST_STATUS'    # JSON file this process writes its role, kv.rank, error to
+TIMEOUT_ENV = 'D2LZH_DIST_TIMEOUT'  # default of --timeout, seconds
+_status = {}  # what write_status has written so far
+
+
+def write_status(**fields):
+    """Add ``fields`` to this process's status file (JSON at ``$D2LZH_DIST_STATUS``), from
+    which the launcher names a failed process by its kv.rank and shows its error. Does
+    nothing without that variable; never raises (a status file is a courtesy)."""
+    _status.update(fields)
+    path = os.environ.get(STATUS_ENV)
+    if path:
+        with contextlib.suppress(OSError):
+            with open(f'{path}.{os.getpid()}.tmp', 'w') as f:
+                json.dump(_status, f)
+            os.replace(f.name, path)
+
+
+def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=None, lr=0.1,
+          max_examples=2048, seed=0, root=None, step_batch='global'):
+    """Train LeNet with ``gluon.Trainer`` and plain SGD, alone or as one worker of a job.
+
+    With a distributed kvstore (``'dist_sync'``, ``'dist_async'``) this process trains on
+    its shard (from ``kv.rank`` and ``kv.num_workers``, which it also writes to its status
+    file) and calls ``trainer.step(batch_size * num_workers)``, so that the servers average
+    the gradients over the global minibatch; its minibatches pass through
+    :func:`d2lzh.jobs.inject_faults`. Without one (None or ``'local'``) it trains on the
+    whole global minibatch of ``num_workers`` workers in one process: the reference.
+
+    Args:
+        kvstore (str or None): kvstore type.
+        batch_size (int): examples per worker and step.
+        num_workers (int or None): workers the reference stands for; with a distributed
+            kvstore None or ``kv.num_workers``.
+        epochs (int): passes over the training subset.
+        max_steps (int or None): stop after this many steps in all (0: the initial
+            parameters).
+        lr (float): SGD learning rate.
+        max_examples (int or 'all'): first N Fashion-MNIST training images.
+        seed (int): seeds parameter initialisation and the data order.
+        root (str or None): folder searched first for Fashion-MNIST.
+        step_batch (str): ``'global'`` (correct) or ``'local'``: ``trainer.step(batch_size)``,
+            the mistake the module docstring explains (exercise 2 of notebook 07).
+
+    Returns:
+        dict: ``params`` (float32 numpy arrays in ``collect_params`` order), ``names``,
+        ``rank``, ``num_workers``, ``kvstore``, ``steps``, ``global_batch``, ``losses``
+        (mean training loss per step), ``compute_s`` and ``step_s`` (seconds per step:
+        forward + backward, and ``trainer.step`` incl. communication, each synchronised),
+        ``param_bytes`` (float32 bytes of all parameters), ``lr``, ``step_batch``.
+
+    Raises:
+        ValueError: invalid sizes or ``step_batch``, or ``num_workers`` disagrees with the
+            kvstore.
+        RuntimeError: the fault ``$D2LZH_FAULT`` asks for.
+    """
+    from ..data import load_fashion_mnist
+    from ..setup import import_mxnet
+    from .book import lenet
+    mx = import_mxnet()
+    from mxnet import autograd, gluon, nd
+
+    check_positive_int('batch_size', batch_size)
+    check_positive_int('epochs', epochs)
+    if step_batch not in STEP_BATCHES:
+        raise ValueError(f'step_batch={step_batch!r} is not valid: use \'global\' (trainer.step '
+                         'gets batch_size * num_workers, correct) or \'local\' (batch_size, to '
+                         'show that mistake)')
+    if max_steps is not None and (type(max_steps) is not int or max_steps < 0):
+        raise ValueError(f'max_steps={max_steps!r} is not valid: use a whole number >= 0 or None')
+    if kvstore is not None and 'dist' in kvstore:
+        kv = mx.kv.create(kvstore)
+        rank, workers = kv.rank, kv.num_workers
+        if num_workers not in (None, workers):
+            raise ValueError(f'num_workers={num_workers} but the job has {workers} workers')
+        write_status(rank=rank, num_workers=workers)
+    else:
+        kv, rank, workers = kvstore, None, num_workers or 1
+        check_positive_int('num_workers', workers)
+
+    train_x, train_y, _, _ = load_fashion_mnist(root, max_examples=max_examples, progress=False)
+    images = train_x.astype(np.float32)[:, None] / 255
+    mx.random.seed(seed)
+    net = lenet()
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    net(nd.zeros((1, 1, 28, 28)))  # create the parameters' shapes
+    params = net.collect_params()
+    trainer = gluon.Trainer(params, 'sgd', {'learning_rate': lr}, kvstore=kv)
+    loss = gluon.loss.SoftmaxCrossEntropyLoss()
+    global_batch = batch_size * workers
+    batches = ((nd.array(images[idx]), nd.array(train_y[idx])) for epoch in range(epochs)
+               for idx in jobs.batch_indices(len(train_y), batch_size, workers, rank, epoch, seed))
+    losses, compute_s, step_s = [], [], []
+    for X, y in jobs.inject_faults(itertools.islice(batches, max_steps), rank):
+        start = time.perf_counter()
+        with autograd.record():
+            l = loss(net(X), y)
+        l.backward()
+        losses.append(float(l.mean().asscalar()))
+        nd.waitall()
+        middle = time.perf_counter()
+        trainer.step(global_batch if step_batch == 'global' else batch_size)
+        nd.waitall()
+        compute_s.append(middle - start)
+        step_s.append(time.perf_counter() - middle)
+    values = [p.data().asnumpy() for p in params.values()]
+    return {'params': values, 'names': list(params.keys()), 'rank': rank,
+            'num_workers': workers, 'kvstore': kvstore, 'steps': len(losses),
+            'global_batch': global_batch, 'losses': losses, 'compute_s': compute_s,
+            'step_s': step_s, 'param_bytes': int(sum(v.size for v in values) * 4), 'lr': lr,
+            'step_batch': step_batch}
+
+
+def save_result(result, folder):
+    """Write a :func:`train` result to ``folder``: ``<name>.npz`` (the parameters, ``p0``,
+    ``p1`` ...) and ``<name>.json`` (the rest), ``name`` being ``worker-<rank>`` or
+    ``single`` (the one-process reference). Returns the JSON path."""
+    os.makedirs(folder, exist_ok=True)
+    name = 'single' if result['rank'] is None else f'worker-{result["rank"]}'
+    np.savez(os.path.join(folder, name + '.npz'),
+             **{f'p{i}': v for i, v in enumerate(result['params'])})
+    path = os.path.join(folder, name + '.json')
+    with open(path, 'w') as f:
+        json.dump({k: v for k, v in result.items() if k != 'params'}, f)
+    return path
+
+
+def load_result(folder, name):
+    """Read back what :func:`save_result` wrote (``name``: ``'worker-0'``, ``'single'``
+    ...). Returns the same dict as :func:`train`."""
+    with open(os.path.join(folder, name + '.json')) as f:
+        result = json.load(f)
+    with np.load(os.path.join(folder, name + '.npz')) as z:
+        result['params'] = [z[f'p{i}'] for i in range(len(z.files))]
+    return result
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog='python -m d2lzh.mxnet.dist',
+        description='Every process of an MXNet parameter-server job (scheduler, server, worker; '
+                    'from $DMLC_ROLE). Workers train LeNet on their shard of Fashion-MNIST. '
+                    'Start it with python -m d2lzh.mxnet.launch.')
+    add = p.add_argument
+    add('--kvstore', default='dist_sync', choices=['dist_sync', 'dist_async'])
+    add('--batch-size', type=int, default=64, help='examples per worker and step')
+    add('--epochs', type=int, default=1)
+    add('--max-steps', type=int, default=None, help='stop after this many steps')
+    add('--lr', type=float, default=0.1, help='SGD learning rate')
+    add('--max-examples', default='2048', help="first N training images, or 'all'")
+    add('--seed', type=int, default=0)
+    add('--step-batch', default='global', choices=STEP_BATCHES,
+        help='what trainer.step gets: global = --batch-size x workers (correct); local = '
+             '--batch-size, a mistake shown on purpose (as if lr were multiplied by the workers)')
+    add('--data-dir', default=None, help='folder searched first for Fashion-MNIST (on a '
+        'cluster a shared one: $D2LZH_DATA_DIR does not travel through the ssh launcher)')
+    add('--workers', type=int, default=1,
+        help='without DMLC_ROLE: train alone on the combined batch of this many workers')
+    add('--out', default=None, help='folder for worker-<rank>.npz/.json')
+    add('--timeout', type=float, default=float(os.environ.get(TIMEOUT_ENV) or 0),
+        help=f'end this process after this many seconds (default ${TIMEOUT_ENV}; 0: never)')
+    add('--fault', default=None, metavar='KIND:RANK:STEP',
+        help=f'sets ${jobs.FAULT_ENV}: raise:1:3 makes worker rank 1 raise before its minibatch '
+             '3 (from 0), kill:1:3 SIGKILLs it')
+    return p
+
+
+def main(argv=None):
+    """Entry point of ``python -m d2lzh.mxnet.dist``; see the module docstring.
+
+    Returns:
+        int: 0 on success. A failing worker prints its traceback, records it in its status
+        file and leaves with ``os._exit(1)``: a normal exit would wait in ps-lite's
+        shutdown barrier for peers that never come.
+    """
+    args = _parser().parse_args(argv)
+    if args.fault is not None:
+        try:
+            jobs.Fault.parse(args.fault)
+        except ValueError as err:
+            raise SystemExit(f'--fault: {err}') from None
+        os.environ[jobs.FAULT_ENV] = args.fault
+    role = os.environ.get('DMLC_ROLE')
+    if role not in (None, *ROLES):
+        raise SystemExit(f'DMLC_ROLE={role!r} is not valid: it must be one of {", ".join(ROLES)}')
+    os.environ.pop('PORT', None)  # ps-lite binds every non-scheduler process to $PORT when set
+    jobs.watch(args.timeout, role or 'process', on_deadline=lambda why: write_status(error=why))
+    write_status(role=role, pid=os.getpid())
+    if role in ('scheduler', 'server'):
+        from ..setup import import_mxnet
+        import_mxnet()  # runs the scheduler/server loop, then exits the process
+        return 0
+    try:
+        r = train(kvstore=args.kvstore if role else None, batch_size=args.batch_size,
+                  num_workers=None if role else args.workers, epochs=args.epochs,
+                  max_steps=args.max_steps, lr=args.lr, max_examples=args.max_examples,
+                  seed=args.seed, root=args.data_dir, step_batch=args.step_batch)
+        if args.out:
+            save_result(r, args.out)
+        if r['steps']:
+            mistake = (f' (trainer.step({args.batch_size}): --step-batch local)'
+                       if args.step_batch == 'local' else '')
+            who = f'worker rank {r["rank"]}' if role else 'single process'
+            print(f'[{PREFIX}] {who} of {r["num_workers"]}: {r["steps"]} steps, global batch '
+                  f'{r["global_batch"]}'
+                  f'{mistake}, final loss {r["losses"][-1]:.4f}, median compute '
+                  f'{np.median(r["compute_s"]) * 1e3:.1f} ms + trainer.step '
+                  f'{np.median(r["step_s"]) * 1e3:.1f} ms', flush=True)
+    except BaseException as err:  # noqa: B902 (report everything, then leave at once)
+        if role != 'worker':
+            raise
+        print(f'[{PREFIX}] worker (pid {os.getpid()}) failed:\n{traceback.format_exc()}',
+              file=sys.stderr, flush=True)
+        write_status(error=f'{type(err).__name__}: {err}')
+        os._exit(1)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
