@@ -69,15 +69,16 @@ def find(path):
 def repository():
     """(owner, repo, branch) from the ``Source`` URL (pyproject.toml), or None.
 
-    Read from the installed package's metadata, or from pyproject.toml in a checkout.
+    Read from pyproject.toml in a checkout, else from the installed package's metadata.
     """
-    try:
-        text = ' '.join(importlib.metadata.metadata('d2lzh').get_all('Project-URL') or [])
-    except importlib.metadata.PackageNotFoundError:
-        text = ''
     pyproject = Path(__file__).resolve().parent.parent / 'pyproject.toml'
-    if 'github.com' not in text and pyproject.exists():
+    if pyproject.exists():  # a checkout: its own file wins over an older install's metadata
         text = pyproject.read_text(encoding='utf-8')
+    else:
+        try:
+            text = ' '.join(importlib.metadata.metadata('d2lzh').get_all('Project-URL') or [])
+        except importlib.metadata.PackageNotFoundError:
+            text = ''
     m = re.search(r'https://github\.com/([\w.-]+)/([\w.-]+)/tree/([\w./-]+?)["\s,]', text + ' ')
     return m.groups() if m else None
 

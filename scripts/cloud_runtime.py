@@ -1,8 +1,8 @@
 """Simulate a cloud notebook runtime and open notebooks there as a new reader would.
 
-Usage: ``python scripts/cloud_runtime.py [--python python3.11] [NOTEBOOK ...]``
+Usage: ``python scripts/cloud_runtime.py [--python python3.11] [NOTEBOOK ... | --all]``
 (``make cloud-test``; CI runs it). Default notebooks: one of each edition, and PyTorch 07,
-which quotes a stored bench JSON of the repository.
+which quotes a stored bench JSON of the repository; ``--all``: every notebook of both editions.
 
 What it does, like Colab/Kaggle/SageMaker Studio Lab minus the GPU:
 
@@ -40,6 +40,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from d2lzh import project  # noqa: E402
+
 DEFAULT_NOTEBOOKS = ['notebooks/05_multiple-gpus.ipynb',
                      'notebooks/pytorch/03_async-computation.ipynb',
                      'notebooks/pytorch/07_modern-gpu-training.ipynb']
@@ -109,7 +112,9 @@ def main(argv=None):
 
 def _main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('notebooks', nargs='*', default=DEFAULT_NOTEBOOKS)
+    parser.add_argument('notebooks', nargs='*', default=DEFAULT_NOTEBOOKS,
+                        help='notebooks of the project (default: %(default)s)')
+    parser.add_argument('--all', action='store_true', help='every notebook of both editions')
     parser.add_argument('--python', default=sys.executable,
                         help='interpreter of the simulated runtime (default: this one)')
     parser.add_argument('--build', default=str(ROOT / 'build' / 'cloud'))
@@ -127,6 +132,12 @@ def _main(argv=None):
     parser.add_argument('--keep', default=None,
                         help='folder to copy every executed notebook to')
     args = parser.parse_args(argv)
+    notebooks = project.notebooks('all') if args.all else args.notebooks
+    unknown = [rel for rel in notebooks if project.find(rel) is None]
+    if unknown:
+        parser.error(f'not a notebook of this project: {" ".join(unknown)}; '
+                     f'valid: {" ".join(project.notebooks("all"))}')
+    notebooks = [project.find(rel).path for rel in notebooks]
 
     build = Path(args.build).resolve()
     venv = build / 'venv'
@@ -187,7 +198,7 @@ def _main(argv=None):
     installed_by_setup = [name for name in ('d2lzh', 'mxnet', 'mxnet-cu112', 'requests')
                           if not (args.in_place and _has(py, name, build))]
     failed = []
-    for rel in args.notebooks:
+    for rel in notebooks:
         # every notebook opens in a fresh runtime: nothing that an earlier one installed
         _uninstall(py, installed_by_setup)
         src = ROOT / rel

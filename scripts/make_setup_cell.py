@@ -1,19 +1,20 @@
-"""Write the setup cell into every notebook and the cloud-notebook links into README.md.
+"""Write the setup cell into every notebook, and the notebooks' cloud links into the docs.
 
 Usage: ``python scripts/make_setup_cell.py`` (rewrite), ``--check`` (exit 1 and name the
 files that are not up to date; change nothing).
 
-The repository URL is written once, in pyproject.toml's ``[project.urls] Source``
-(``https://github.com/OWNER/REPO/tree/BRANCH``). From it this script derives the URL the
-setup cell installs ``d2lzh`` from (GitHub's zip archive of the branch, so pip needs no git)
-and README's "Open in Colab / Kaggle / SageMaker Studio Lab" links. A fork changes that one
-line and runs this script.
+The repository URL is written once, in pyproject.toml's ``[project.urls] Source``, and read
+through :mod:`d2lzh.project`, as is the list of notebooks. From it this script derives the URL
+the setup cell installs ``d2lzh`` from (GitHub's zip archive of the branch, so pip needs no
+git), the table of Colab, Kaggle and SageMaker Studio Lab links in docs/cloud.md, and the
+"Open in Colab" links of README's notebook tables. A fork changes that one line and runs
+this script.
 
-Every notebook (``notebooks/**/*.ipynb``) gets the same first code cell (see
-:func:`setup_cell_source`). A notebook whose first code cell is an older setup cell (it
-starts with the marker line) has it replaced; any other notebook gets the setup cell
-inserted before its first code cell, which thus becomes the second and keeps its own
-imports and outputs (e.g. ``d2l.setup_report()``). Running the script again changes nothing.
+Every notebook gets the same first code cell (see :func:`setup_cell_source`). A notebook
+whose first code cell is an older setup cell (it starts with the marker line) has it
+replaced; any other notebook gets the setup cell inserted before its first code cell, which
+thus becomes the second and keeps its own imports and outputs (e.g. ``d2l.setup_report()``).
+Running the script again changes nothing.
 """
 import argparse
 import json
@@ -22,30 +23,36 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from d2lzh import project  # noqa: E402
+
 MARKER = '# d2lzh setup cell'
 CELL_ID = 'd2lzh-setup'
+CLOUD_DOC = ROOT / 'docs' / 'cloud.md'
+README = ROOT / 'README.md'
 LINKS_START = '<!-- cloud-links: written by scripts/make_setup_cell.py -->'
 LINKS_END = '<!-- /cloud-links -->'
+# A Colab link to one of the notebooks, whatever repository and branch it names.
+COLAB_LINK = re.compile(r'https://colab\.research\.google\.com/github/[^)\s]*?/blob/[^)\s]*?/'
+                        r'(notebooks/[\w./-]+?\.ipynb)')
 
 
-def repository(root=ROOT):
-    """(owner, repo, branch) from pyproject.toml's ``[project.urls] Source``.
+def repository():
+    """(owner, repo, branch) of the repository (:func:`d2lzh.project.repository`).
 
     Raises:
-        SystemExit: the URL is missing or not ``https://github.com/OWNER/REPO/tree/BRANCH``.
+        SystemExit: pyproject.toml has no ``Source = "https://github.com/OWNER/REPO/tree/BRANCH"``.
     """
-    text = (root / 'pyproject.toml').read_text(encoding='utf-8')
-    m = re.search(r'^Source\s*=\s*"https://github\.com/([\w.-]+)/([\w.-]+)/tree/([\w./-]+)"',
-                  text, re.M)
-    if not m:
+    repo = project.repository()
+    if repo is None:
         raise SystemExit('pyproject.toml: [project.urls] needs a line '
                          'Source = "https://github.com/OWNER/REPO/tree/BRANCH"')
-    return m.groups()
+    return repo
 
 
-def setup_cell_source(root=ROOT):
+def setup_cell_source():
     """The text of the setup cell (str), the same for every notebook of both editions."""
-    owner, repo, branch = repository(root)
+    owner, repo, branch = repository()
     archive = f'https://github.com/{owner}/{repo}/archive/refs/heads/{branch}.zip'
     return f'''# NBVAL_IGNORE_OUTPUT
 {MARKER} (the same in every notebook; scripts/make_setup_cell.py writes it).
@@ -67,14 +74,13 @@ if importlib.util.find_spec('d2lzh') is None:
                          'Fix D2LZH_SOURCE (a path, wheel or URL pip accepts) or the network, '
                          'then run this cell again.')
     importlib.invalidate_caches()
-import d2lzh.install
-d2lzh.install.enable()'''
+import d2lzh.setup
+d2lzh.setup.enable()'''
 
 
-def notebooks(root=ROOT):
-    """Every notebook of both editions, sorted."""
-    return sorted(p for p in (root / 'notebooks').rglob('*.ipynb')
-                  if '.ipynb_checkpoints' not in p.parts)
+def notebooks():
+    """Every notebook of both editions (paths under ROOT), in the registry's order."""
+    return [ROOT / path for path in project.notebooks('all')]
 
 
 def _source_lines(text):
@@ -128,31 +134,51 @@ def _shift_execution_counts(nb, cell):
     cell['execution_count'] = min(counts)
 
 
-def links_table(root=ROOT):
-    """README's table of cloud links for every notebook (markdown, str)."""
-    owner, repo, branch = repository(root)
-    rows = ['| notebook | Colab | Kaggle | SageMaker Studio Lab |', '|---|---|---|---|']
-    for path in notebooks(root):
-        rel = path.relative_to(root).as_posix()
-        blob = f'github/{owner}/{repo}/blob/{branch}/{rel}'
-        label = rel.removeprefix('notebooks/').removesuffix('.ipynb')
-        rows.append(
-            f'| [`{label}`]({rel}) '
-            f'| [Open in Colab](https://colab.research.google.com/{blob}) '
-            f'| [Kaggle](https://kaggle.com/kernels/welcome?src=https://github.com/{owner}/{repo}'
-            f'/blob/{branch}/{rel}) '
-            f'| [SageMaker Studio Lab](https://studiolab.sagemaker.aws/import/{blob}) |')
+def links_table():
+    """docs/cloud.md's table: every notebook with its Colab, Kaggle and Studio Lab links."""
+    rows = ['| notebook | section | Colab | Kaggle | SageMaker Studio Lab |',
+            '|---|---|---|---|---|']
+    for nb in project.NOTEBOOKS:
+        blob = project.url(nb.path, 'blob')
+        studio_lab = blob.replace('https://github.com/',
+                                  'https://studiolab.sagemaker.aws/import/github/')
+        label = nb.path.removeprefix('notebooks/').removesuffix('.ipynb')
+        section = 'beyond the book' if nb.section == 'beyond' else nb.section
+        rows.append(f'| [`{label}`](../{nb.path}) | {section} '
+                    f'| [Open in Colab]({project.url(nb.path, "colab")}) '
+                    f'| [Kaggle](https://kaggle.com/kernels/welcome?src={blob}) '
+                    f'| [SageMaker Studio Lab]({studio_lab}) |')
     return '\n'.join(rows)
 
 
-def update_readme(path):
-    """README with the links table between the markers; returns the new text."""
+def update_cloud_doc(path=CLOUD_DOC):
+    """docs/cloud.md with the links table between the markers; returns the new text."""
     text = path.read_text(encoding='utf-8')
     if LINKS_START not in text or LINKS_END not in text:
         raise SystemExit(f'{path}: missing the lines {LINKS_START} and {LINKS_END}')
     head, rest = text.split(LINKS_START, 1)
     _, tail = rest.split(LINKS_END, 1)
-    return f'{head}{LINKS_START}\n{links_table(path.parent)}\n{LINKS_END}{tail}'
+    return f'{head}{LINKS_START}\n{links_table()}\n{LINKS_END}{tail}'
+
+
+def update_readme(path=README):
+    """README with every notebook's Colab link pointing at the repository; returns the text.
+
+    README's notebook tables are written by hand; this rewrites only the links' URLs.
+
+    Raises:
+        SystemExit: a notebook has no Colab link in README, or one that is not a notebook of
+            the project (add or fix its row in the table).
+    """
+    text = path.read_text(encoding='utf-8')
+    linked = COLAB_LINK.findall(text)
+    missing = [p for p in project.notebooks('all') if p not in linked]
+    unknown = [p for p in linked if project.find(p) is None or project.find(p).path != p]
+    if missing or unknown:
+        raise SystemExit(f'{path.name}: every notebook needs an "Open in Colab" link in the '
+                         f'notebook tables; missing: {", ".join(missing) or "none"}; '
+                         f'not a notebook: {", ".join(unknown) or "none"}')
+    return COLAB_LINK.sub(lambda m: project.url(m.group(1), 'colab'), text)
 
 
 def main(argv=None):
@@ -161,9 +187,9 @@ def main(argv=None):
                         help='only report files that are not up to date (exit 1 if any)')
     args = parser.parse_args(argv)
     source = setup_cell_source()
-    stale = []
     targets = [(p, update_notebook(p, source)) for p in notebooks()]
-    targets.append((ROOT / 'README.md', update_readme(ROOT / 'README.md')))
+    targets += [(CLOUD_DOC, update_cloud_doc()), (README, update_readme())]
+    stale = []
     for path, new in targets:
         if path.read_text(encoding='utf-8') != new:
             stale.append(path.relative_to(ROOT).as_posix())

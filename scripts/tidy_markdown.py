@@ -23,6 +23,9 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from d2lzh import project  # noqa: E402
+
 # CJK ideographs, kana, CJK and full-width punctuation, and the curly quotes,
 # dash, ellipsis and middle dot of Chinese text.
 CJK = ('\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff'
@@ -121,14 +124,14 @@ def tidy_notebook(path, write=True):
 
 
 def project_notebooks():
-    return sorted((ROOT / 'notebooks').glob('*.ipynb')) + \
-        sorted((ROOT / 'notebooks' / 'pytorch').glob('*.ipynb'))
+    """Every notebook of both editions (paths under ROOT), from :mod:`d2lzh.project`."""
+    return [ROOT / path for path in project.notebooks('all')]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('notebooks', nargs='*', type=Path,
-                        help='default: notebooks/*.ipynb and notebooks/pytorch/*.ipynb')
+                        help='default: every notebook of both editions')
     parser.add_argument('--check', action='store_true',
                         help='change nothing; list the cells that would change, exit 1 if any')
     args = parser.parse_args(argv)

@@ -16,17 +16,13 @@ import nbformat
 import pytest
 
 import d2lzh
+from d2lzh import project
 
 ROOT = Path(__file__).resolve().parent.parent
-MXNET_NOTEBOOKS = sorted((ROOT / 'notebooks').glob('*.ipynb'))
-TORCH_NOTEBOOKS = sorted((ROOT / 'notebooks' / 'pytorch').glob('*.ipynb'))
+MXNET_NOTEBOOKS = [ROOT / path for path in project.notebooks('mxnet')]
+TORCH_NOTEBOOKS = [ROOT / path for path in project.notebooks('pytorch')]
 NOTEBOOKS = MXNET_NOTEBOOKS + TORCH_NOTEBOOKS
 IDS = [f'{p.parent.name}/{p.stem}' for p in NOTEBOOKS]
-EXPECTED = ['01_use-gpu', '02_hybridize', '03_async-computation', '04_auto-parallelism',
-            '05_multiple-gpus', '06_multiple-gpus-gluon', '07_distributed-training']
-EXPECTED_TORCH = ['01_use-gpu', '02_hybridize', '03_async-computation',
-                  '04_auto-parallelism', '05_multiple-gpus', '06_multiple-gpus-concise',
-                  '07_modern-gpu-training', '08_distributed-training']
 MACHINE_PATH = re.compile(r'(/work/|/root/|/home/[a-z]|/tmp/[A-Za-z0-9_.-]+/|/Users/)')
 
 
@@ -51,20 +47,30 @@ def _load(path):
     return nbformat.read(path, as_version=4)
 
 
-@pytest.mark.parametrize('folder, found, expected', [
-    ('notebooks', MXNET_NOTEBOOKS, EXPECTED), ('notebooks/pytorch', TORCH_NOTEBOOKS, EXPECTED_TORCH)])
-def test_all_notebooks_exist(folder, found, expected):
-    stems = [p.stem for p in found]
-    unexpected = [f'{folder}/{s}.ipynb' for s in stems if s not in expected]
-    missing = [f'{folder}/{s}.ipynb' for s in expected if s not in stems]
-    assert not unexpected and not missing, (
-        f'unexpected notebook(s): {unexpected or "none"}; missing: {missing or "none"} '
-        '(add a new notebook to EXPECTED/EXPECTED_TORCH in tests/test_notebooks.py)')
+def test_the_registry_is_the_notebooks_folder():
+    """d2lzh/project.py lists exactly the notebooks on disk, each edition in its folder,
+    and a twin is the other edition's notebook of the same section, both ways."""
+    found = (ROOT / 'notebooks').rglob('*.ipynb')
+    on_disk = sorted(p.relative_to(ROOT).as_posix() for p in found
+                     if '.ipynb_checkpoints' not in p.parts)
+    listed = project.notebooks('all')
+    assert sorted(listed) == on_disk, (
+        f'not in d2lzh/project.py: {sorted(set(on_disk) - set(listed)) or "none"}; '
+        f'listed but missing: {sorted(set(listed) - set(on_disk)) or "none"}')
+    assert len(set(listed)) == len(listed)
+    for nb in project.NOTEBOOKS:
+        folder = 'notebooks/pytorch' if nb.edition == 'pytorch' else 'notebooks'
+        assert nb.path.rsplit('/', 1)[0] == folder, nb
+        assert project.find(nb.path) == nb and project.find(ROOT / nb.path) == nb
+        if nb.twin is not None:
+            twin = project.find(nb.twin)
+            assert twin.edition != nb.edition and twin.twin == nb.path, nb
+            assert twin.section == nb.section, nb
 
 
 def _package_for(path):
     """The module whose code a notebook's #@save definitions must equal."""
-    if path.parent.name == 'pytorch':
+    if project.find(path).edition == 'pytorch':
         pytest.importorskip('torch')
         from d2lzh import torch as d2l_torch
         return d2l_torch
@@ -174,7 +180,7 @@ def test_runner_keeps_both_editions_and_never_overwrites(tmp_path):
     pt_nb = tmp_path / 'notebooks' / 'pytorch' / '01_same.ipynb'
     _write_nb(mx_nb, ['import d2lzh as d2l', "d2l.record('speed', 2.5, 'x')"], title='MX title')
     _write_nb(pt_nb, ['import d2lzh as d2l\nfrom d2lzh import results',
-                      "results.note_data_subset(256, False)",
+                      "results.note_data_subset(256)",
                       "d2l.record('test_acc_2dev', 0.11)",
                       "d2l.record('epoch_time_1dev', 3.0, 's', note='mean of 2 epochs')"],
               title='PT title')
@@ -237,20 +243,20 @@ def test_runner_refuses_bad_notebooks_in_one_line(tmp_path, args, message):
 
 def test_summary_says_what_a_cpu_cannot_show():
     sys.path.insert(0, str(ROOT / 'scripts'))
-    import run_notebooks
+    import run_summary
     fig = {'value': 0.98, 'unit': 'x', 'subset': None, 'gpus': 0, 'note': None}
-    assert run_notebooks.figure_tags('gluon_time_ratio_2v1', fig) == \
+    assert run_summary.figure_tags('gluon_time_ratio_2v1', fig) == \
         ['2 devices = the same CPU cores']
-    assert run_notebooks.figure_tags('hybridize_speedup', fig) == []
-    assert run_notebooks.figure_tags('ddp_speedup', dict(fig, gpus=1)) == ['only 1 GPU']
-    assert run_notebooks.figure_tags('ddp_speedup', dict(fig, gpus=2)) == []
+    assert run_summary.figure_tags('hybridize_speedup', fig) == []
+    assert run_summary.figure_tags('ddp_speedup', dict(fig, gpus=1)) == ['only 1 GPU']
+    assert run_summary.figure_tags('ddp_speedup', dict(fig, gpus=2)) == []
     for key, two in (('ps_iteration_ms_1_worker', False), ('ps_iteration_ms_2_workers', True),
                      ('copy_overlap_speedup_2workers', True), ('ps_trainer_step_ms_sync_2', True),
                      ('ps_trainer_step_ms_async_2', True), ('loop_sync_once_s', False)):
-        assert (run_notebooks.figure_tags(key, fig) == ['2 devices = the same CPU cores']) is two
+        assert (run_summary.figure_tags(key, fig) == ['2 devices = the same CPU cores']) is two
     row = {'name': 'n', 'status': 'ok', 'seconds': 1, 'finished': 't', 'cpu_cores': 2,
            'error': '', 'figures': {'gluon_time_ratio_2v1': fig}}
-    text = run_notebooks.summary_markdown({'mxnet': [row]})
+    text = run_summary.summary_markdown({'mxnet': [row]})
     assert 'No GPU that MXNet could use** (2 CPU cores)' in text
     assert 'says nothing about two GPUs' in text
 
@@ -263,7 +269,13 @@ def test_make_stops_at_bad_notebooks_or_edition_first(tmp_path):
              ('NOTEBOOKS: notebooks/nope.ipynb is not a notebook of this project; valid: '
               'notebooks/01_use-gpu.ipynb')),
             (['EDITION=mxnet', 'NOTEBOOKS=notebooks/pytorch/01_use-gpu.ipynb'],
-             'is in the PyTorch edition but EDITION=mxnet')]:
+             'is in the PyTorch edition but EDITION=mxnet: use EDITION=pytorch or EDITION=all'),
+            (['EDITION=pytorch', 'NOTEBOOKS=notebooks/01_use-gpu.ipynb'],
+             'is in the MXNet edition but EDITION=pytorch: use EDITION=mxnet or EDITION=all'),
+            # forgot NOTEBOOKS=: a hint, not a run of every notebook
+            (['notebooks/02_hybridize.ipynb'],
+             'notebooks/02_hybridize.ipynb is not a make target: '
+             'use make run NOTEBOOKS=notebooks/02_hybridize.ipynb')]:
         out = subprocess.run(['make', '-C', str(ROOT), 'run', 'VENV=' + str(tmp_path / 'venv'),
                               'BUILD=' + str(tmp_path / 'build'), *args],
                              capture_output=True, text=True, timeout=60)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Everything a GPU machine without a package index and without Jupyter lacks to run the
+# notebooks and the bench (docs/gpu-runs.md), in one folder to copy there:
+#   kernel/  the Jupyter kernel's wheels (installed there with pip --target)
+#   wheels/  a d2lzh wheel and d2lzh's small dependencies: the package index the notebooks'
+#            setup cell sees there (PIP_FIND_LINKS)
+#   data/    the Fashion-MNIST files
+# Usage: scripts/device_bundle.sh [FOLDER]   (default build/device; run `make data` first)
+# DEVICE_PY: that machine's Python version (default 3.12).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-build/device}
+py=${PY:-.venv/bin/python}
+device_py=${DEVICE_PY:-3.12}
+[ -x "$py" ] || { echo "error: $py not found: run make data first (it builds .venv)" >&2; exit 1; }
+data=$("$py" -c 'import d2lzh.data as d; print(d.find_fashion_mnist(download=False))') ||
+  { echo "error: Fashion-MNIST not found: run make data first" >&2; exit 1; }
+platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
+           --platform manylinux2014_x86_64)
+download=("$py" -m pip download --quiet --disable-pip-version-check --only-binary :all:
+          --python-version "$device_py" "${platforms[@]}")
+if [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -d "$out/wheels" ]; then
+  echo "error: $out is not empty and holds no earlier bundle: name a new folder" >&2; exit 1
+fi
+rm -rf "$out" && mkdir -p "$out/kernel" "$out/wheels" "$out/data"
+"${download[@]}" -d "$out/kernel" $(grep -E '^(ipykernel|nbclient)==' requirements-cloud.txt)
+"${download[@]}" --no-deps -d "$out/wheels" tqdm psutil setuptools
+had_egg_info=$([ -e d2lzh.egg-info ] && echo 1 || true)
+"$py" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+  -w "$out/wheels" .
+rm -rf build/lib build/bdist.*          # setuptools' leftovers in this tree
+[ -n "$had_egg_info" ] || rm -rf d2lzh.egg-info
+cp "$data"/*.gz "$out/data/"
+du -sh "$out"/*
