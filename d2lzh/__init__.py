@@ -11,10 +11,12 @@ Modules: :mod:`d2lzh.data` (Fashion-MNIST files, numpy), :mod:`d2lzh.timing`
 (Benchmark, Timer), :mod:`d2lzh.plot`, :mod:`d2lzh.results` and
 :mod:`d2lzh.mxnet` (everything that needs MXNet), :mod:`d2lzh.torch` (the PyTorch twin),
 :mod:`d2lzh.setup` (what makes a runtime able to import a framework: the setup cell's
-install, the import hook), :mod:`d2lzh.checks`.
+install, the import hook), :mod:`d2lzh.checks`, :mod:`d2lzh.jobs` (what both editions'
+distributed workers share) and :mod:`d2lzh.project` (the notebook registry).
 """
 import importlib
 
+from .mxnet import BOOK_NAMES as _MXNET_NAMES  # the names only: MXNet is not imported
 from .results import record
 from .setup import add_import_hook
 from .timing import Benchmark, Timer
@@ -25,11 +27,7 @@ add_import_hook()  # acts at the first `import mxnet`: the PyTorch edition never
 
 _LAZY = {
     # name -> module that defines it
-    **{name: 'd2lzh.mxnet' for name in (
-        'mx', 'nd', 'gluon', 'autograd', 'nn', 'gpu_name', 'try_gpu', 'try_all_gpus',
-        'try_devices', 'describe_devices', 'Residual', 'resnet18', 'split_and_load', 'allreduce',
-        'get_params', 'sgd', 'evaluate_accuracy', 'FashionMNISTIter',
-        'load_data_fashion_mnist', 'choose_max_examples', 'setup_report')},
+    **{name: 'd2lzh.mxnet' for name in _MXNET_NAMES},
     **{name: 'd2lzh.plot' for name in ('set_figsize', 'bar_chart')},
     **{name: 'd2lzh.data' for name in (
         'load_fashion_mnist', 'get_fashion_mnist_labels', 'FashionMNISTNotFoundError',
