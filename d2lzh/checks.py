@@ -1,37 +1,23 @@
-"""Argument checks and their messages, shared by both editions (beyond the book).
+"""Argument checks shared by both editions, so that one mistake gets one message.
 
-:mod:`d2lzh.mxnet` and :mod:`d2lzh.torch` call the same functions here, so the
-same mistake gets the same message in either edition and the device policy of
-``try_devices`` is one rule, not two. Nothing here imports MXNet or PyTorch.
-
-``split_and_load`` keeps its check written out in each edition: notebook 8.4
-(``05_multiple-gpus``) shows the function, check included, and its ``#@save``
-copy must be the package's code.
+Nothing here imports MXNet or PyTorch. ``split_and_load`` keeps its check written out in
+each edition: notebook 8.4 shows the function, check included, as a ``#@save`` copy.
 """
+import numbers
 import warnings
-
-import numpy as np
-
-__all__ = ['check_positive_int', 'check_num_devices', 'choose_gpus', 'check_examples_seen']
 
 
 def check_positive_int(name, value, allow_none=False):
-    """Raise ValueError unless ``value`` is a positive int (or None if allowed).
+    """Raise ValueError unless ``value`` is a positive int (or None when ``allow_none``).
 
-    Used for ``batch_size``, ``resize``, process counts and the like by both
-    editions. ``True`` and floats such as ``2.0`` are refused.
+    Used for ``batch_size``, ``resize``, device and process counts in both editions;
+    ``True`` and floats such as ``2.0`` are refused. The message names ``name``.
     """
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f'{name}={value!r} is not valid: it must be a positive whole '
                          f'number{" or None" if allow_none else ""}')
-
-
-def check_num_devices(num):
-    """Raise ValueError unless ``num`` (devices asked for) is a positive int."""
-    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
-        raise ValueError(f'num={num!r}: ask for a positive whole number of devices')
 
 
 def choose_gpus(num, gpus, describe=str, stacklevel=3):
@@ -44,14 +30,13 @@ def choose_gpus(num, gpus, describe=str, stacklevel=3):
         stacklevel (int): passed to :func:`warnings.warn` (the user's line).
 
     Returns:
-        list of int: the first ``num`` GPUs; all of them (with a
-        RuntimeWarning that names them) when there are fewer than ``num``;
-        ``[]`` when there is none, meaning the CPU stands in for each device.
+        list of int: the first ``num`` GPUs; all of them, with a RuntimeWarning naming
+        them, when there are fewer; ``[]`` when there is none (the CPU stands in).
 
     Raises:
         ValueError: ``num`` is not a positive int.
     """
-    check_num_devices(num)
+    check_positive_int('num', num)
     gpus = list(gpus)
     if gpus and len(gpus) < num:
         names = ', '.join(describe(i) for i in gpus)

@@ -14,7 +14,7 @@ def test_choose_gpus_rule():
 
 @pytest.mark.parametrize('bad', [0, -1, 2.0, True, '2'])
 def test_choose_gpus_rejects(bad):
-    with pytest.raises(ValueError, match='positive whole number of devices'):
+    with pytest.raises(ValueError, match=r'num=.* is not valid: it must be a positive whole number'):
         checks.choose_gpus(bad, [0])
 
 
