@@ -50,10 +50,10 @@ def main():
             run = {'world_size': world, 'channels_last': channels_last,
                    'gradient_as_bucket_view': bucket_view}
             try:
-                r = d2l.run_ddp(world, num_epochs=args.epochs, batch_size=256, lr=0.1,
-                                max_examples='all', channels_last=channels_last,
-                                gradient_as_bucket_view=bucket_view, timeout=args.timeout,
-                                **RECIPE)
+                recipe = d2l.Recipe(epochs=args.epochs, batch_size=256, lr=0.1, amp='auto',
+                                    channels_last=channels_last, **RECIPE)
+                r = d2l.run_ddp(world, recipe, max_examples='all',
+                                gradient_as_bucket_view=bucket_view, timeout=args.timeout)
                 run.update(images_per_s=r['images_per_s'], epoch_times_s=r['epoch_times'],
                            test_acc=r['test_acc'])
             except (RuntimeError, TimeoutError) as err:

@@ -27,6 +27,7 @@ the first test accuracy >= 0.92 on the full 10,000-image test set, itemized,
 and writes ``<out>/<device>-x1-<date>-time-to-accuracy.json``.
 """
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -46,7 +47,7 @@ import torch  # noqa: E402
 
 from d2lzh import torch as d2l  # noqa: E402
 
-STEPS = [  # name, what is added, options for d2l.train / the loader
+STEPS = [  # name, what is added, options (the loader's, cuDNN's, d2l.Recipe's)
     ('book', 'book-style loop: host batches, fp32', {}),
     ('pinned', '+ pinned memory, non_blocking copies', {'pin_memory': True}),
     ('gpu_data', '+ whole data set resident on the GPU', {'gpu_data': True}),
@@ -55,15 +56,15 @@ STEPS = [  # name, what is added, options for d2l.train / the loader
     ('channels_last', '+ channels_last', {'gpu_data': True, 'cudnn_benchmark': True,
                                           'amp': True, 'channels_last': True}),
     ('compile', '+ torch.compile', {'gpu_data': True, 'cudnn_benchmark': True, 'amp': True,
-                                    'channels_last': True, 'compile_model': True}),
+                                    'channels_last': True, 'compile': True}),
     ('cuda_graph', '+ whole step as a CUDA graph (instead of torch.compile)',
      {'gpu_data': True, 'cudnn_benchmark': True, 'amp': True, 'channels_last': True,
       'cuda_graph': True}),
     ('graph_compile', '+ torch.compile inside the CUDA graph',
      {'gpu_data': True, 'cudnn_benchmark': True, 'amp': True, 'channels_last': True,
-      'cuda_graph': True, 'compile_model': True}),
+      'cuda_graph': True, 'compile': True}),
 ]
-# SGD settings of the accuracy run and the DDP runs (speed does not depend on them).
+# d2l.Recipe fields of the accuracy run and the DDP runs (speed does not depend on them).
 RECIPE = {'momentum': 0.9, 'weight_decay': 5e-4, 'lr_schedule': 'cosine'}
 # nn.DataParallel is slow enough to dominate the run: time it on a subset.
 DP_EXAMPLES = 15360
@@ -80,7 +81,9 @@ def write_result(result, out_dir, n_gpu, suffix=''):
 
 
 def run_step(options, epochs, batch_size, lr, max_examples, device, **recipe):
-    """Train a fresh ResNet-18 with ``options``; return d2l.train's history."""
+    """Train a fresh ResNet-18 with ``options`` and the d2l.Recipe fields ``recipe``: with
+    none of d2l.Recipe's techniques, d2l.train (the book's loop), else d2l.train_fast;
+    return the history."""
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = bool(options.get('cudnn_benchmark'))
     on_gpu = device.type == 'cuda'
@@ -88,12 +91,16 @@ def run_step(options, epochs, batch_size, lr, max_examples, device, **recipe):
         batch_size, max_examples=max_examples,
         device=device if options.get('gpu_data') and on_gpu else None,
         pin_memory=bool(options.get('pin_memory')) and on_gpu)
-    if options.get('compile_model'):
+    if options.get('compile'):
         torch._dynamo.reset()
-    return d2l.train(d2l.resnet18(10), train_iter, test_iter, epochs, lr, device,
-                     amp=options.get('amp', False), channels_last=options.get('channels_last', False),
-                     compile_model=options.get('compile_model', False),
-                     cuda_graph=options.get('cuda_graph', False), verbose=False, **recipe)
+    fields = {'amp': 'auto' if options.get('amp') else 'off',
+              **{k: bool(options.get(k)) for k in ('channels_last', 'compile', 'cuda_graph')}}
+    if not recipe and not any(options.get(k) for k in fields):
+        return d2l.train(d2l.resnet18(10), train_iter, test_iter, epochs, lr, device,
+                         verbose=False)
+    return d2l.train_fast(d2l.resnet18(10), train_iter, test_iter, device,
+                          d2l.Recipe(batch_size=batch_size, epochs=epochs, lr=lr, **fields,
+                                     **recipe), verbose=False)
 
 
 def copy_times(nbytes, repeats=3):
@@ -117,78 +124,68 @@ def copy_times(nbytes, repeats=3):
 
 
 # ------------------------------------------------------------ time to accuracy
-# Each configuration: batch size, epochs, peak lr, cudnn.benchmark, whether the
-# data lives on the GPU, and the options of d2l.train. 'before' rows are the
-# paths of notebook 07 as issue 11 measured them (the book's loop: cosine lr per
-# epoch, evaluation after every epoch); 'recipe' is d2l.FAST_RECIPE; each
-# 'recipe_*' row changes exactly one thing of the recipe.
-_OLD = {'momentum': 0.9, 'weight_decay': 5e-4, 'lr_schedule': 'cosine'}
-_BEFORE = {'batch_size': 256, 'epochs': 4, 'lr': 0.1, 'cudnn_benchmark': True}
+# Each configuration: cudnn.benchmark, whether the data lives on the GPU, and the
+# fields of the d2l.Recipe that d2l.train_fast runs ('recipe'). 'before' rows are the
+# paths of notebook 07 as issue 11 measured them (cosine lr per epoch, evaluation
+# after every epoch); 'recipe' is d2l.FAST; each 'recipe_*' row changes exactly one
+# thing of it.
+_OLD = {'batch_size': 256, 'epochs': 4, 'lr': 0.1, 'momentum': 0.9, 'weight_decay': 5e-4,
+        'lr_schedule': 'cosine'}
 TTA_CONFIGS = {
-    'book_fp32': {**_BEFORE, 'cudnn_benchmark': False, 'gpu_data': False, 'options': _OLD},
-    'bf16_cl_eager': {**_BEFORE, 'options': {**_OLD, 'amp': True, 'channels_last': True}},
-    'cuda_graph': {**_BEFORE, 'options': {**_OLD, 'amp': True, 'channels_last': True,
-                                          'cuda_graph': True}},
-    'graph_compile': {**_BEFORE, 'options': {**_OLD, 'amp': True, 'channels_last': True,
-                                             'cuda_graph': True, 'compile_model': True}},
-    'recipe': {'batch_size': d2l.FAST_BATCH_SIZE, 'epochs': d2l.FAST_EPOCHS, 'lr': d2l.FAST_LR,
-               'cudnn_benchmark': False,
-               'options': {**d2l.FAST_RECIPE, 'eval_from': d2l.FAST_EPOCHS}},
+    'book_fp32': {'cudnn_benchmark': False, 'gpu_data': False,
+                  'recipe': {**_OLD, 'amp': 'off', 'channels_last': False}},
+    'bf16_cl_eager': {'cudnn_benchmark': True, 'recipe': _OLD},
+    'cuda_graph': {'cudnn_benchmark': True, 'recipe': {**_OLD, 'cuda_graph': True}},
+    'graph_compile': {'cudnn_benchmark': True,
+                      'recipe': {**_OLD, 'cuda_graph': True, 'compile': True}},
+    'recipe': {'cudnn_benchmark': False, 'recipe': dataclasses.asdict(d2l.FAST)},
 }
+SETTINGS = ('cudnn_benchmark', 'gpu_data', 'overlap_init', 'eval_batch_size', 'import_dynamo')
 
 
-def _variant(name, change=None, options=None, drop=()):
-    cfg = json.loads(json.dumps(TTA_CONFIGS['recipe']))
-    cfg.update(change or {})
-    cfg['options'].update(options or {})
-    for key in drop:
-        cfg['options'].pop(key, None)
-    TTA_CONFIGS['recipe_' + name] = cfg
+def _variant(name, **changes):
+    TTA_CONFIGS['recipe_' + name] = _config('recipe', changes)
 
 
-_E, _LR = d2l.FAST_EPOCHS, d2l.FAST_LR
-_variant('cudnn_benchmark', {'cudnn_benchmark': True})
-_variant('eval_every_epoch', options={'eval_from': 1})
-_variant('no_label_smoothing', options={'label_smoothing': 0.0})
-_variant('no_nesterov', options={'nesterov': False})
-_variant('cosine_per_epoch', options={'lr_schedule': 'cosine', 'warmup': 0.0})
-_variant('eager', options={'cuda_graph': False})
-_variant('fp32', options={'amp': False})
-_variant('no_channels_last', options={'channels_last': False})
-_variant('torch_optim', {'import_dynamo': True})  # what torch.optim's first use costs
-_variant('bs256', {'batch_size': 256, 'lr': _LR / 2})
-_variant('bs1024', {'batch_size': 1024, 'lr': _LR * 2})
-_variant('lr_half', {'lr': _LR / 2})
-_variant('lr_double', {'lr': _LR * 2})
-_variant('epochs_minus_1', {'epochs': _E - 1}, {'eval_from': _E - 1})
-_variant('epochs_plus_1', {'epochs': _E + 1}, {'eval_from': _E + 1})
-_variant('weight_decay_1e-4', options={'weight_decay': 1e-4})
+def _config(name, changes=None):
+    """A config of TTA_CONFIGS, or an ad-hoc one: ``base+key=value+...`` changes ``base``
+    (values are JSON; SETTINGS are the child's, other keys fields of d2l.Recipe; a new
+    number of epochs moves an eval_from > 1 to the last epoch)."""
+    base, *pairs = name.split('+')
+    cfg = json.loads(json.dumps(TTA_CONFIGS[base]))
+    changes = {**dict((k, json.loads(v)) for k, v in (p.split('=', 1) for p in pairs)),
+               **(changes or {})}
+    for key, value in changes.items():
+        (cfg if key in SETTINGS else cfg['recipe'])[key] = value
+    if 'epochs' in changes and 'eval_from' not in changes and \
+            cfg['recipe'].get('eval_from', 1) > 1:
+        cfg['recipe']['eval_from'] = changes['epochs']
+    d2l.Recipe(**cfg['recipe'])  # valid, or ValueError naming the fix
+    return cfg
+
+
+_E, _LR = d2l.FAST.epochs, d2l.FAST.lr
+_variant('cudnn_benchmark', cudnn_benchmark=True)
+_variant('eval_every_epoch', eval_from=1)
+_variant('no_label_smoothing', label_smoothing=0.0)
+_variant('no_nesterov', nesterov=False)
+_variant('cosine_per_epoch', lr_schedule='cosine', lr_warmup=0.0)
+_variant('eager', cuda_graph=False)
+_variant('fp32', amp='off')
+_variant('no_channels_last', channels_last=False)
+_variant('torch_optim', import_dynamo=True)  # what torch.optim's first use costs
+_variant('bs256', batch_size=256, lr=_LR / 2)
+_variant('bs1024', batch_size=1024, lr=_LR * 2)
+_variant('lr_half', lr=_LR / 2)
+_variant('lr_double', lr=_LR * 2)
+_variant('epochs_minus_1', epochs=_E - 1)
+_variant('epochs_plus_1', epochs=_E + 1)
+_variant('weight_decay_1e-4', weight_decay=1e-4)
 # Steady throughput (no target): the recipe's CUDA graph with torch.compile inside.
 for _bs in (256, 512, 1024):
-    _variant(f'steady_compile_bs{_bs}', {'batch_size': _bs, 'lr': d2l.FAST_LR * _bs / 512},
-             {'compile_model': True, 'target_accuracy': None})
-    _variant(f'steady_graph_bs{_bs}', {'batch_size': _bs, 'lr': d2l.FAST_LR * _bs / 512},
-             {'target_accuracy': None})
-
-
-def _config(name):
-    """A config of TTA_CONFIGS, or an ad-hoc one: ``base+key=value+...`` changes
-    ``base`` (values are JSON; batch_size, epochs, lr, cudnn_benchmark,
-    gpu_data, overlap_init and eval_batch_size are settings, other keys are
-    options of d2l.train; changing epochs moves eval_from to the last epoch)."""
-    base, *changes = name.split('+')
-    cfg = json.loads(json.dumps(TTA_CONFIGS[base]))
-    for change in changes:
-        key, value = change.split('=', 1)
-        value = json.loads(value)
-        if key in ('batch_size', 'epochs', 'lr', 'cudnn_benchmark', 'gpu_data',
-                   'overlap_init', 'eval_batch_size', 'import_dynamo'):
-            cfg[key] = value
-            if key == 'epochs' and 'eval_from' in cfg['options']:
-                cfg['options']['eval_from'] = value
-        else:
-            cfg['options'][key] = value
-    return cfg
+    _variant(f'steady_compile_bs{_bs}', batch_size=_bs, lr=_LR * _bs / 512, compile=True,
+             target_accuracy=None)
+    _variant(f'steady_graph_bs{_bs}', batch_size=_bs, lr=_LR * _bs / 512, target_accuracy=None)
 
 
 def _spread(values):
@@ -333,10 +330,10 @@ def main():
             for world in [1] if graph else sorted({1, min(2, n_gpu)}):
                 key = f"{world}{'_graph' if graph else ''}"
                 try:
-                    r = d2l.run_ddp(world, num_epochs=args.epochs + 1,
-                                    batch_size=args.batch_size, lr=args.lr,
-                                    max_examples=max_examples, cuda_graph=graph,
-                                    timeout=args.ddp_timeout, **RECIPE)
+                    recipe = d2l.Recipe(epochs=args.epochs + 1, batch_size=args.batch_size,
+                                        lr=args.lr, cuda_graph=graph, **RECIPE)
+                    r = d2l.run_ddp(world, recipe, max_examples=max_examples,
+                                    timeout=args.ddp_timeout)
                 except (RuntimeError, TimeoutError) as err:
                     ddp[key] = {'error': str(err)}
                     print(f'DDP x{world} cuda_graph={graph} failed: {err}', flush=True)

@@ -1,9 +1,11 @@
-"""Where the GPU time of one training step of ``d2l.FAST_RECIPE`` goes (issue 11).
+"""Where the GPU time of one training step of ``d2l.FAST`` goes (issue 11).
 
-Not a test: run it on a machine with an NVIDIA GPU. Records the recipe's step (d2lzh
+Not a test: run it on a machine with an NVIDIA GPU. Runs the recipe's step (d2lzh
 ResNet-18, batch 512, bf16 autocast, channels_last, fused SGD with Nesterov momentum,
-label smoothing) as a CUDA graph, as ``d2l.train`` does, times 60 replays, then
-profiles 5 replays with ``torch.profiler`` and sorts every kernel into a category:
+label smoothing) through ``d2l.TrainStep``, the very step ``d2l.train_fast`` runs for
+every minibatch: its first call makes the eager steps and records the CUDA graph, each
+later one copies the batch into the graph's inputs and replays it. It times 60 steps,
+then profiles 5 with ``torch.profiler`` and sorts every kernel into a category:
 
 * ``convolution``: cuDNN's convolution kernels (forward, data and weight gradients)
   and their layout conversions;
@@ -19,6 +21,7 @@ Writes ``<out>/<device>-x1-<date>-recipe-step-profile.json`` (milliseconds per s
 each category and for each kernel name) and prints the categories.
 """
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -33,7 +36,6 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from d2lzh import torch as d2l  # noqa: E402
-from d2lzh.torch.fast import _FusedSGD  # noqa: E402
 
 CONV_NAMES = ('xmma', 'cutlass', 'convolve', 'cask_plugin', 'nchwToNhwc', 'nhwcToNchw',
               'ImplicitGemm')
@@ -56,49 +58,36 @@ def category(name, calls_per_step, n_conv):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--out', type=Path, default=ROOT / 'bench' / 'results')
-    parser.add_argument('--batch-size', type=int, default=d2l.FAST_BATCH_SIZE)
+    parser.add_argument('--batch-size', type=int, default=d2l.FAST.batch_size)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit('profile_step.py needs an NVIDIA GPU (it records a CUDA graph)')
     dev = torch.device('cuda')
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(0)
-    net = d2l.resnet18(10).to(dev, memory_format=torch.channels_last)
+    recipe = dataclasses.replace(d2l.FAST, batch_size=args.batch_size)
+    fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
+    net = d2l.resnet18(10).to(dev, memory_format=fmt)
     n_conv = sum(isinstance(m, torch.nn.Conv2d) for m in net.modules())
-    opt = _FusedSGD(net.parameters(), torch.tensor(0.05, device=dev), 0.9, 5e-4, True)
-    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    step = d2l.TrainStep(net, recipe, dev)
+    step.set_lr(recipe.lr / 2)  # a rate in the middle of the schedule
     bs = args.batch_size
-    X = torch.rand(bs, 1, 28, 28, device=dev).contiguous(memory_format=torch.channels_last)
+    X = torch.rand(bs, 1, 28, 28, device=dev).contiguous(memory_format=fmt)
     y = torch.randint(0, 10, (bs,), device=dev)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast('cuda', torch.bfloat16, cache_enabled=False):
-            loss = loss_fn(net(X), y)
-        loss.backward()
-        opt.step()
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            step()
-    graph = torch.cuda.CUDAGraph()
-    opt.zero_grad(set_to_none=True)
-    with torch.cuda.graph(graph, stream=stream):
-        step()
-    for _ in range(5):
-        graph.replay()
+    for _ in range(6):  # the first call: eager steps and the capture
+        step(X, y)
+    if not step.cuda_graph:
+        raise SystemExit('the step was not recorded as a CUDA graph (see the warning above)')
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(60):
-        graph.replay()
+        step(X, y)
     torch.cuda.synchronize()
     step_ms = (time.perf_counter() - start) / 60 * 1e3
     reps = 5
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            graph.replay()
+            step(X, y)
         torch.cuda.synchronize()
     kernels, cats = {}, {}
     for ev in prof.key_averages():

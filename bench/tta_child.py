@@ -1,11 +1,10 @@
 """One fresh process of ``bench_torch.py time_to_accuracy`` (not run by hand).
 
-Trains the d2lzh ResNet-18 on the real Fashion-MNIST with one option set of
-``d2l.train`` and prints one JSON line: wall seconds from the process start
-(``$TTA_T0``, the parent's ``time.time()`` just before it started this
-process) to each stage, and to the first test accuracy >= the target on the
-full test set. Argument: the configuration as JSON (see ``CONFIGS`` in
-bench_torch.py).
+Trains the d2lzh ResNet-18 on the real Fashion-MNIST with ``d2l.train_fast`` and one
+``d2l.Recipe`` and prints one JSON line: wall seconds from the process start (``$TTA_T0``,
+the parent's ``time.time()`` just before it started this process) to each stage, and to the
+first test accuracy >= the target on the full test set. Argument: the configuration as JSON
+(see ``TTA_CONFIGS`` in bench_torch.py: a few settings and the recipe's fields).
 """
 import json
 import os
@@ -47,7 +46,8 @@ else:
     marks['cuda_init'] = time.time() - T0
     arrays = d2l_data.load_fashion_mnist(max_examples=cfg.get('max_examples', 'all'),
                                          progress=False)
-bs = cfg['batch_size']
+recipe = d2l.Recipe(**cfg['recipe'])
+bs = recipe.batch_size
 data_dev = device if cfg.get('gpu_data', True) and on_gpu else None
 train_iter = d2l.FashionMNISTIter(arrays[0], arrays[1], bs, True, device=data_dev)
 test_iter = d2l.FashionMNISTIter(arrays[2], arrays[3], cfg.get('eval_batch_size', bs), False,
@@ -60,17 +60,16 @@ net = d2l.resnet18(10)
 if cfg.get('import_dynamo'):  # as building a torch.optim optimizer does
     import torch._dynamo  # noqa: F401
 t_train = time.time()
-h = d2l.train(net, train_iter, test_iter, cfg['epochs'], cfg['lr'], device, verbose=False,
-              **cfg['options'])
+h = d2l.train_fast(net, train_iter, test_iter, device, recipe, verbose=False)
 t_end = time.time()
 marks['end'] = t_end - T0
 target = cfg.get('target', 0.92)
 reached = None
-if cfg['options'].get('target_accuracy') is not None:  # train stops there and says when
+if recipe.target_accuracy is not None:  # train_fast stops there and says when
     if h['reached'] is not None:
         reached = t_train - T0 + h['reached']['seconds']
 else:  # no target given: add up the start-up, epochs and evaluations up to the first hit
-    elapsed = t_train - T0 + h['warmup_time']
+    elapsed = t_train - T0 + h['startup_s']
     evals = iter(h['eval_times'])
     for e, acc in enumerate(h['test_acc']):
         elapsed += h['epoch_times'][e] + (next(evals) if acc is not None else 0.0)
@@ -87,7 +86,7 @@ out = {
         'import_d2lzh': marks['imports'] - marks['import_torch'],
         'cuda_init': marks['cuda_init'] - marks['imports'],
         'data': marks['data'] - marks['cuda_init'],
-        'warmup': h.get('warmup_time', 0.0),
+        'startup': h['startup_s'],
         'epochs': sum(h['epoch_times']),
         'evals': sum(h['eval_times']),
     },

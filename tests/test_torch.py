@@ -159,288 +159,317 @@ def test_load_data_rejects(kwargs):
         d2l.load_data_fashion_mnist(**kwargs)
 
 
-def test_train_one_epoch(isolated, tiny_dataset):
-    torch.manual_seed(0)
-    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
-    h = d2l.train(net, train_iter, test_iter, 2, 0.1, CPU, momentum=0.9,
-                  lr_schedule='cosine', verbose=False)
-    assert h['examples'] == 12 and len(h['epoch_times']) == 2
-    assert 0.0 <= h['test_acc'][-1] <= 1.0 and np.isfinite(h['train_loss']).all()
-    with pytest.raises(ValueError, match="lr_schedule='step'"):
-        d2l.train(net, train_iter, test_iter, 1, 0.1, CPU, lr_schedule='step')
+
+def test_lenet_is_the_book_8_4_network():
+    net = d2l.lenet()
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    kinds = [type(m).__name__ for m in net]
+    assert kinds == ['Conv2d', 'ReLU', 'AvgPool2d', 'Conv2d', 'ReLU', 'AvgPool2d', 'Flatten',
+                     'Linear', 'ReLU', 'Linear']
+    assert [(m.out_channels, m.kernel_size) for m in net if isinstance(m, torch.nn.Conv2d)] \
+        == [(20, (3, 3)), (50, (5, 5))]
+    assert net[7].out_features == 128
 
 
-def test_train_checkpoint_resumes(isolated, tiny_dataset, tmp_path):
-    torch.manual_seed(0)
-    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
-    ck = tmp_path / 'ck.pt'
-    h1 = d2l.train(net, train_iter, test_iter, 1, 0.1, CPU, verbose=False, checkpoint=ck)
-    assert h1['start_epoch'] == 0 and ck.exists()
-    fresh = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
-    h2 = d2l.train(fresh, train_iter, None, 2, 0.1, CPU, verbose=False, checkpoint=ck)
-    assert h2['start_epoch'] == 1 and len(h2['epoch_times']) == 2
-    assert len(h2['test_acc']) == 1  # epoch 1 was not evaluated: test_iter=None
-    assert h2['train_loss'][0] == h1['train_loss'][0]
+def test_shard_iter_takes_its_slice_of_the_global_minibatch():
+    """Worker r's step t is its slice of step t's global minibatch (d2lzh.jobs.batch_indices):
+    the two workers' batches side by side are the one-process batches of twice the size."""
+    from d2lzh import jobs
+    images = np.arange(10 * 28 * 28, dtype=np.uint8).reshape(10, 28, 28) % 251
+    labels = np.arange(10)
+    shards = [d2l.ShardIter(images, labels, 2, rank, 2, seed=3) for rank in range(2)]
+    for epoch in (0, 1):
+        for s in shards:
+            s.set_epoch(epoch)
+        steps = [list(s) for s in shards]
+        assert [len(s) for s in shards] == [2, 2] and [len(b) for b in steps] == [2, 2]
+        whole = jobs.batch_indices(10, 2, 2, None, epoch, 3)
+        for t, index in enumerate(whole):
+            y = torch.cat([steps[0][t][1], steps[1][t][1]])
+            assert y.tolist() == labels[index].tolist()
+            X = torch.cat([steps[0][t][0], steps[1][t][0]])
+            assert X.dtype == torch.float32 and X.shape == (4, 1, 28, 28)
+            assert torch.equal(X[:, 0], torch.tensor(images[index] / 255, dtype=torch.float32))
+    with pytest.raises(ValueError, match='fewer than one global minibatch'):
+        d2l.ShardIter(images, labels, 8, 0, 2)
 
 
-@pytest.mark.parametrize('capability, mode', [((7, 5), 'fp16'), ((8, 0), 'bf16'),
-                                              ((9, 0), 'bf16')])
-def test_amp_picks_fp16_without_bf16(monkeypatch, capability, mode):
-    """A T4 (7.5) has no fast bf16: amp=True means fp16 autocast with a GradScaler."""
-    from d2lzh.torch import training
-    monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda device=None: capability)
-    assert training._amp_mode('cuda:0', True) == mode
-    assert training._amp_mode('cuda:0', 'bf16') == 'bf16'
-    assert training._amp_mode('cpu', True) is None and training._amp_mode('cuda:0', False) is None
-    text = training._amp_description(torch.device('cuda:0'), mode)
-    assert text.startswith('bf16 autocast' if mode == 'bf16' else
-                           'fp16 autocast + GradScaler (cuda:0 has compute capability 7.5')
-    with pytest.raises(ValueError, match="amp='fp8'"):
-        training._amp_mode('cuda:0', 'fp8')
-
-
-def test_train_reports_amp_off_on_the_cpu(isolated, tiny_dataset):
-    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
-    assert d2l.train(net, train_iter, test_iter, 1, 0.1, CPU, amp=True,
-                     verbose=False)['amp'] == 'off'
-
-
-# ------------------------------------------------- time-to-accuracy options (issue 11)
+# ------------------------------------------------------------- the book's loop (8.5)
 
 def _linear_net():
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
 
 
-def test_train_stops_when_target_reached(isolated, tiny_dataset):
-    """Evaluated on its own 12 training images, a linear model learns them: the
-    run stops at the first epoch whose accuracy reaches the target."""
-    torch.manual_seed(0)
-    arrays = tiny_dataset[1]
-    train_iter = d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, True)
-    test_iter = d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, False)
-    h = d2l.train(_linear_net(), train_iter, test_iter, 30, 0.05, CPU, momentum=0.9,
-                  nesterov=True, label_smoothing=0.1, lr_schedule='linear', warmup=0.1,
-                  target_accuracy=0.99, verbose=False)
-    reached = h['reached']
-    assert reached is not None and reached['test_acc'] >= 0.99
-    assert reached['epoch'] == len(h['epoch_times']) < 30  # stopped early
-    assert all(a < 0.99 for a in h['test_acc'][:-1]) and reached['seconds'] > 0
-    assert h['warmup_time'] > 0 and h['amp'] == 'off'
-
-
-def test_train_target_never_reached_is_a_result(isolated, tiny_dataset):
+def test_train_is_the_book_loop(isolated, tiny_dataset, capsys):
     torch.manual_seed(0)
     train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
-    h = d2l.train(_linear_net(), train_iter, test_iter, 3, 0.1, CPU, target_accuracy=1.0,
-                  eval_from=2, verbose=False)
-    assert h['reached'] is None and len(h['epoch_times']) == 3
-    assert h['test_acc'][0] is None and all(a < 1.0 for a in h['test_acc'][1:])
-    assert len(h['eval_times']) == 2 and h['examples'] == 12
+    h = d2l.train(_linear_net(), train_iter, test_iter, 2, 0.1, CPU)
+    assert h['examples'] == 12 and len(h['epoch_times']) == len(h['test_acc']) == 2
+    assert 0.0 <= h['test_acc'][-1] <= 1.0 and np.isfinite(h['train_loss']).all()
+    assert h['images_per_s'] == 12 / min(h['epoch_times'])
+    assert capsys.readouterr().out.count('epoch ') == 2  # one line per epoch
+    h = d2l.train_data_parallel(_linear_net(), train_iter, test_iter, 1, 0.1, [CPU, CPU],
+                                verbose=False)
+    assert h['examples'] == 12
+
+
+def test_train_is_one_screen():
+    import inspect
+    assert len(inspect.getsource(d2l.train).splitlines()) <= 60
+
+
+# ---------------------------------------------------------------- the fast path: Recipe
+
+@pytest.mark.parametrize('kwargs, match', [
+    ({'label_smoothing': 1.0}, r'label_smoothing=1.0 is not valid: use a value in \[0, 1\)'),
+    ({'lr_warmup': 1.0, 'lr_schedule': 'linear'}, 'lr_warmup=1.0'),
+    ({'eval_from': 5}, 'eval_from=5: use an epoch from 1 to epochs=4'),
+    ({'eval_from': 0}, 'eval_from=0'),
+    ({'target_accuracy': 1.5}, 'target_accuracy=1.5'),
+    ({'lr_schedule': 'step'}, "lr_schedule='step' is not valid"),
+    ({'nesterov': True}, 'nesterov=True needs momentum'),
+    ({'lr_warmup': 0.1}, "used by lr_schedule='linear' only"),
+    ({'amp': True}, r"amp=True is not valid: use one of \('auto', 'bf16', 'fp16', 'off'\)"),
+    ({'epochs': 2.0}, 'epochs=2.0 is not valid: use a whole number'),
+    ({'batch_size': 0}, 'batch_size=0'),
+    ({'momentum': 1.0}, 'momentum=1.0'),
+    ({'capture_after': 0}, 'capture_after=0'),
+    ({'cuda_graph': True, 'lr_schedule': 'linear'}, 'needs fused_sgd=True'),
+])
+def test_recipe_rejects_with_the_fix(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        d2l.Recipe(**kwargs)
+
+
+def test_recipe_is_one_immutable_object():
+    import dataclasses
+    assert d2l.FAST == d2l.Recipe(
+        batch_size=512, epochs=2, lr=0.1, amp='auto', channels_last=True, cuda_graph=True,
+        momentum=0.9, nesterov=True, weight_decay=5e-4, lr_schedule='linear', lr_warmup=0.2,
+        label_smoothing=0.1, target_accuracy=0.92, eval_from=2, fused_sgd=True,
+        time_startup=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d2l.FAST.epochs = 3
+    assert dataclasses.replace(d2l.FAST, epochs=3).eval_from == 2
+    defaults = d2l.Recipe()  # nothing beyond the book's SGD is on by default but amp/NHWC
+    assert not (defaults.cuda_graph or defaults.fused_sgd or defaults.time_startup
+                or defaults.compile or defaults.momentum or defaults.label_smoothing)
+
+
+@pytest.mark.filterwarnings('ignore:torch.cuda.amp.GradScaler is enabled')  # a CPU build
+@pytest.mark.parametrize('capability, mode', [((7, 5), 'fp16'), ((8, 0), 'bf16'),
+                                              ((9, 0), 'bf16')])
+def test_amp_picks_fp16_without_bf16(monkeypatch, capability, mode):
+    """A T4 (7.5) has no fast bf16: amp='auto' means fp16 autocast with a GradScaler."""
+    import dataclasses
+    monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda device=None: capability)
+    plain = d2l.Recipe()
+    step = d2l.TrainStep(_linear_net(), plain, 'cuda:0')
+    assert step.amp == mode and (step.scaler is not None) == (mode == 'fp16')
+    assert d2l.TrainStep(_linear_net(), dataclasses.replace(plain, amp='bf16'), 'cuda:0').amp \
+        == 'bf16'
+    assert d2l.TrainStep(_linear_net(), plain, CPU).amp is None
+    assert d2l.TrainStep(_linear_net(), dataclasses.replace(plain, amp='off'), 'cuda:0').amp \
+        is None
+
+
+@pytest.mark.filterwarnings('ignore:torch.cuda.amp.GradScaler is enabled')  # a CPU build
+def test_fp16_says_that_its_step_is_neither_fused_nor_recorded(monkeypatch):
+    monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda device=None: (7, 5))
+    with pytest.warns(RuntimeWarning, match='neither fused nor recorded'):
+        step = d2l.TrainStep(_linear_net(), d2l.FAST, 'cuda:0')
+    assert step.amp == 'fp16' and not step.fused_sgd and not step.cuda_graph
+    assert step.scaler is not None
 
 
 def test_linear_schedule_per_step():
-    from d2lzh.torch import training
-    lrs = training._step_lrs('linear', 1.0, 2, 5, 0.2)  # 10 steps, 2 of warm-up
+    from d2lzh.torch import recipe
+    linear = d2l.Recipe(epochs=2, lr=1.0, lr_schedule='linear', lr_warmup=0.2)
+    lrs = recipe.learning_rates(linear, 5)  # 10 steps, 2 of warm-up
     assert len(lrs) == 10 and lrs[:2] == [0.5, 1.0] and max(lrs) == 1.0
     assert all(a > b for a, b in zip(lrs[2:], lrs[3:])) and 0 < lrs[-1] <= 0.125
-    assert training._step_lrs('cosine', 1.0, 2, 3, 0.0) == [1.0] * 3 + [0.5] * 3
+    cosine = d2l.Recipe(epochs=2, lr=1.0, lr_schedule='cosine')
+    assert recipe.learning_rates(cosine, 3) == [1.0] * 3 + [0.5] * 3
+    assert recipe.learning_rates(d2l.Recipe(epochs=1), 2) == [0.1, 0.1]
 
 
 def test_fused_sgd_matches_torch_optim():
     """The direct call of torch._fused_sgd_ makes torch.optim.SGD's update."""
-    from d2lzh.torch import fast
+    from d2lzh.torch.recipe import FusedSGD
     torch.manual_seed(0)
     a = [torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)]
     b = [p.detach().clone().requires_grad_(True) for p in a]
-    ours = fast._FusedSGD(a, torch.tensor(0.1), momentum=0.9, weight_decay=5e-4, nesterov=True)
+    ours = FusedSGD(a, torch.tensor(0.1), momentum=0.9, weight_decay=5e-4, nesterov=True)
     ref = torch.optim.SGD(b, lr=0.1, momentum=0.9, weight_decay=5e-4, nesterov=True)
     for step in range(3):
         grads = [torch.randn_like(p) for p in a]
         for p, q, g in zip(a, b, grads):
             p.grad, q.grad = g.clone(), g.clone()
-        try:
-            ours.step()
-        except (RuntimeError, NotImplementedError) as err:  # no CPU kernel in this torch
-            pytest.skip(f'torch._fused_sgd_ has no CPU kernel here: {err}')
+        ours.step()
         ref.step()
         for p, q in zip(a, b):
             torch.testing.assert_close(p, q)
 
 
-@pytest.mark.parametrize('kwargs, match', [
-    ({'label_smoothing': 1.0}, 'label_smoothing=1.0'),
-    ({'warmup': 1.0, 'lr_schedule': 'linear'}, 'warmup=1.0'),
-    ({'eval_from': 3}, 'eval_from=3'),
-    ({'eval_from': 0}, 'eval_from=0'),
-    ({'target_accuracy': 1.5}, 'target_accuracy=1.5'),
-    ({'target_accuracy': 0.9, 'lr_schedule': 'step'}, "lr_schedule='step'"),
-    ({'nesterov': True}, 'nesterov=True needs momentum'),
-    ({'warmup': 0.1}, "used by lr_schedule='linear' only"),
-])
-def test_train_rejects_bad_time_to_accuracy_options(isolated, tiny_dataset, kwargs, match):
-    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
-    with pytest.raises(ValueError, match=match):
-        d2l.train(_linear_net(), train_iter, test_iter, 2, 0.1, CPU, verbose=False, **kwargs)
+def test_fused_sgd_state_round_trip():
+    from d2lzh.torch.recipe import FusedSGD
+    a = [torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)]
+    opt = FusedSGD(a, torch.tensor(0.1), momentum=0.9)
+    assert opt.state_dict() == {'fused_sgd_momentum_buffers': None}  # before the first step
+    opt.buffers = [torch.full_like(p, 2.0) for p in a]
+    other = FusedSGD(a, torch.tensor(0.1), momentum=0.9)
+    other.load_state_dict(opt.state_dict())
+    assert all(torch.equal(x, y) for x, y in zip(other.buffers, opt.buffers))
+    with pytest.raises(ValueError, match='do not fit'):
+        other.load_state_dict({'fused_sgd_momentum_buffers': [torch.zeros(2)]})
 
 
-def test_fast_recipe_is_a_valid_option_set(isolated, tiny_dataset):
-    """d2l.FAST_RECIPE runs on the CPU (graph and bf16 are CUDA-only and skipped)."""
+# ------------------------------------------------------------ the fast path: train_fast
+
+def _own_images(tiny_dataset, batch_size=4):
+    """Training iterator and, as test set, the same 12 images: a linear model learns them."""
+    arrays = tiny_dataset[1]
+    return (d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], batch_size,
+                                 True),
+            d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, False))
+
+
+TTA = d2l.Recipe(batch_size=4, epochs=30, lr=0.05, momentum=0.9, nesterov=True,
+                 label_smoothing=0.1, lr_schedule='linear', lr_warmup=0.1,
+                 target_accuracy=0.99)
+
+
+def test_train_fast_stops_when_target_reached(isolated, tiny_dataset):
+    torch.manual_seed(0)
+    h = d2l.train_fast(_linear_net(), *_own_images(tiny_dataset), CPU, TTA, verbose=False)
+    reached = h['reached']
+    assert reached is not None and reached['test_acc'] >= 0.99
+    assert reached['epoch'] == len(h['epoch_times']) < 30  # stopped early
+    assert all(a < 0.99 for a in h['test_acc'][:-1]) and reached['seconds'] > 0
+    assert h['startup_s'] == 0.0 and h['amp'] == 'off' and not h['fused_sgd']
+
+
+def test_train_fast_target_never_reached_is_a_result(isolated, tiny_dataset):
     torch.manual_seed(0)
     train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
-    h = d2l.train(_linear_net(), train_iter, test_iter, d2l.FAST_EPOCHS, d2l.FAST_LR, CPU,
-                  verbose=False, **d2l.FAST_RECIPE)
-    assert len(h['epoch_times']) == d2l.FAST_EPOCHS and h['test_acc'][-1] is not None
-    assert h['test_acc'][:d2l.FAST_RECIPE['eval_from'] - 1] == \
-        [None] * (d2l.FAST_RECIPE['eval_from'] - 1)
+    recipe = d2l.Recipe(batch_size=4, epochs=3, target_accuracy=1.0, eval_from=2)
+    h = d2l.train_fast(_linear_net(), train_iter, test_iter, CPU, recipe, verbose=False)
+    assert h['reached'] is None and len(h['epoch_times']) == 3
+    assert h['test_acc'][0] is None and all(a < 1.0 for a in h['test_acc'][1:])
+    assert len(h['eval_times']) == 2 and h['examples'] == 12
 
 
-# ------------------------------------- one loop: the CUDA-graph bookkeeping on the CPU
+def test_fast_recipe_runs_on_the_cpu(isolated, tiny_dataset):
+    """d2l.FAST on the CPU: no graph, no mixed precision; the fused SGD and the start-up
+    step (timed as startup_s) run as the recipe says."""
+    import dataclasses
+    torch.manual_seed(0)
+    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
+    with pytest.raises(ValueError, match=r'batches of 4, recipe.batch_size is 512: .*'
+                                         r'dataclasses.replace\(recipe, batch_size=4\)'):
+        d2l.train_fast(_linear_net(), train_iter, test_iter, CPU, d2l.FAST)
+    fast = dataclasses.replace(d2l.FAST, batch_size=4)
+    h = d2l.train_fast(_linear_net(), train_iter, test_iter, CPU, fast, verbose=False)
+    assert len(h['epoch_times']) == 2 and h['test_acc'][0] is None and h['test_acc'][1] is not None
+    assert h['fused_sgd'] and not h['cuda_graph'] and h['amp'] == 'off' and h['startup_s'] > 0
+
+
+def test_checkpoints_resume_and_refuse_another_optimizer(isolated, tiny_dataset, tmp_path,
+                                                          capsys):
+    """A run that reached its target resumes to nothing; one that did not goes on after the
+    saved epoch; a file written with other SGD settings is refused, and only read."""
+    import dataclasses
+    ck = tmp_path / 'ck.pt'
+    recipe = dataclasses.replace(TTA, checkpoint=ck)
+    torch.manual_seed(0)
+    h1 = d2l.train_fast(_linear_net(), *_own_images(tiny_dataset), CPU, recipe, verbose=False)
+    assert h1['reached'] is not None and len(h1['epoch_times']) < 30
+    h2 = d2l.train_fast(_linear_net(), *_own_images(tiny_dataset), CPU, recipe)
+    assert 'and the target accuracy reached' in capsys.readouterr().out
+    assert h2['reached'] == h1['reached'] and h2['epoch_times'] == h1['epoch_times']
+    ck2 = tmp_path / 'ck2.pt'
+    recipe = dataclasses.replace(recipe, target_accuracy=1.0, epochs=2, checkpoint=ck2)
+    torch.manual_seed(0)
+    d2l.train_fast(_linear_net(), *_own_images(tiny_dataset), CPU, recipe, verbose=False)
+    h3 = d2l.train_fast(_linear_net(), *_own_images(tiny_dataset), CPU,
+                        dataclasses.replace(recipe, epochs=3), verbose=False)
+    assert h3['start_epoch'] == 2 and len(h3['epoch_times']) == 3
+    before = ck2.read_bytes()
+    with pytest.raises(ValueError, match='holds the state of another optimizer'):
+        d2l.train_fast(_linear_net(), *_own_images(tiny_dataset), CPU,
+                       dataclasses.replace(recipe, epochs=3, fused_sgd=True), verbose=False)
+    assert ck2.read_bytes() == before  # the file is only read
+
+
+# --------------------------------- the CUDA-graph bookkeeping of TrainStep, on the CPU
 
 def _fake_graphs(monkeypatch, log, fail=False):
-    """Let train() "record" graphs on the CPU: _capture_step returns an object
-    whose replay() runs one eager step on the static inputs (what replaying the
-    recorded step does on a GPU) and writes the loss into one static tensor."""
-    from d2lzh.torch import training
+    """Let TrainStep "record" graphs on the CPU: _capture returns an object whose replay()
+    runs the real eager step on the static inputs (what replaying the recorded step does on
+    a GPU) and writes the loss into one static tensor."""
+    from d2lzh.torch.recipe import TrainStep
 
-    def capture(model, loss_fn, optimizer, X, y, amp, warmup, warmup_steps=3):
-        lr = optimizer.param_groups[0]['lr']
-        log.append(('capture', warmup, round(lr, 6)))
+    def capture(self, X, y):
+        log.append(('capture', self.captures, round(self.rate, 6)))
         if fail:
             raise RuntimeError('operation not permitted when stream is capturing')
-        loss = torch.zeros(())
+        self.captures, loss = self.captures + 1, torch.zeros(())
 
         class Graph:
-            def replay(self):
+            def replay(self_graph):
                 log.append(('replay', y.tolist()))
-                optimizer.zero_grad(set_to_none=True)
-                out = loss_fn(model(X), y)
-                out.backward()
-                optimizer.step()
-                loss.copy_(out.detach())
+                loss.copy_(self._step(X, y).detach())
         return Graph(), loss
 
-    monkeypatch.setattr(training, '_record_graphs', lambda device: True)
-    monkeypatch.setattr(training, '_capture_step', capture)
+    monkeypatch.setattr(TrainStep, 'graph_devices', ('cpu', 'cuda'))
+    monkeypatch.setattr(TrainStep, '_capture', capture)
 
 
-def _ordered_iters(tiny_dataset, batch_size):
+def _ordered(tiny_dataset, batch_size):
     arrays = tiny_dataset[1]
     return (d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], batch_size,
                                  False),
             d2l.FashionMNISTIter(arrays['test_images'], arrays['test_labels'], 5, False))
 
 
-def test_graph_loop_recaptures_when_the_epoch_rate_changes(isolated, tiny_dataset,
-                                                           monkeypatch):
-    """Cosine: one capture per epoch (the rate is a Python number recorded into
-    the graph), eager warm-up only before the first; every full batch is
-    copied into the static inputs and replayed; the short last batch is
-    skipped and not counted."""
+def test_graph_recaptured_when_a_python_rate_changes(isolated, tiny_dataset, monkeypatch):
+    """Cosine with torch.optim: one capture per epoch (the rate is a number recorded into the
+    graph), eager steps only before the first; every full batch is copied into the static
+    inputs and replayed; the short last batch is skipped and not counted."""
     log = []
     _fake_graphs(monkeypatch, log)
-    train_iter, test_iter = _ordered_iters(tiny_dataset, 5)  # batches of 5, 5, 2
     torch.manual_seed(0)
-    h = d2l.train(_linear_net(), train_iter, test_iter, 3, 0.1, CPU, cuda_graph=True,
-                  lr_schedule='cosine', verbose=False)
-    captures = [e for e in log if e[0] == 'capture']
-    assert captures == [('capture', True, 0.1), ('capture', False, 0.075),
-                        ('capture', False, 0.025)]
+    recipe = d2l.Recipe(batch_size=5, epochs=3, cuda_graph=True, lr_schedule='cosine')
+    h = d2l.train_fast(_linear_net(), *_ordered(tiny_dataset, 5), CPU, recipe, verbose=False)
+    assert [e for e in log if e[0] == 'capture'] == [
+        ('capture', 0, 0.1), ('capture', 1, 0.075), ('capture', 2, 0.025)]
     labels = tiny_dataset[1]['train_labels'].tolist()
-    replays = [e[1] for e in log if e[0] == 'replay']
-    assert replays == [labels[:5], labels[5:10]] * 3
-    assert h['examples'] == 10 and len(h['test_acc']) == 3
-    assert np.isfinite(h['train_loss']).all() and h['warmup_time'] == 0.0
+    assert [e[1] for e in log if e[0] == 'replay'] == [labels[:5], labels[5:10]] * 3
+    assert h['examples'] == 10 and len(h['test_acc']) == 3 and h['cuda_graph']
+    assert np.isfinite(h['train_loss']).all() and h['startup_s'] == 0.0
 
 
-def test_graph_loop_times_the_start_up_apart(isolated, tiny_dataset, monkeypatch):
-    """With a time-to-accuracy option the first capture (with its warm-up)
-    happens before the first epoch and is timed as warmup_time; a constant
-    rate needs no second capture."""
+def test_graph_follows_a_fused_rate_and_times_the_start_up(isolated, tiny_dataset,
+                                                         monkeypatch):
+    """The fused SGD reads its rate from a tensor: one capture for a rate that changes every
+    step. time_startup captures before epoch 1 and times it as startup_s."""
     log = []
     _fake_graphs(monkeypatch, log)
-    train_iter, test_iter = _ordered_iters(tiny_dataset, 4)
     torch.manual_seed(0)
-    h = d2l.train(_linear_net(), train_iter, test_iter, 2, 0.1, CPU, cuda_graph=True,
-                  eval_from=2, verbose=False)
-    assert [e for e in log if e[0] == 'capture'] == [('capture', True, 0.1)]
+    recipe = d2l.Recipe(batch_size=4, epochs=2, cuda_graph=True, fused_sgd=True,
+                        lr_schedule='linear', lr_warmup=0.5, time_startup=True, eval_from=2)
+    h = d2l.train_fast(_linear_net(), *_ordered(tiny_dataset, 4), CPU, recipe, verbose=False)
+    assert [e for e in log if e[0] == 'capture'] == [('capture', 0, round(0.1 / 3, 6))]
     assert sum(e[0] == 'replay' for e in log) == 1 + 2 * 3  # start-up, then 3 per epoch
-    assert h['warmup_time'] > 0 and h['test_acc'][0] is None and h['examples'] == 12
+    assert h['startup_s'] > 0 and h['test_acc'][0] is None and h['examples'] == 12
 
 
 def test_failed_capture_goes_on_eagerly(isolated, tiny_dataset, monkeypatch):
     log = []
     _fake_graphs(monkeypatch, log, fail=True)
-    train_iter, test_iter = _ordered_iters(tiny_dataset, 5)
+    recipe = d2l.Recipe(batch_size=5, epochs=2, cuda_graph=True)
     with pytest.warns(RuntimeWarning, match='capturing the training step failed'):
-        h = d2l.train(_linear_net(), train_iter, test_iter, 2, 0.1, CPU, cuda_graph=True,
-                      verbose=False)
+        h = d2l.train_fast(_linear_net(), *_ordered(tiny_dataset, 5), CPU, recipe,
+                           verbose=False)
     assert [e[0] for e in log] == ['capture']  # tried once, never replayed
-    assert h['examples'] == 12  # every batch trained eagerly, the short one too
-
-
-def test_per_step_rate_without_fused_sgd_is_not_recorded(isolated, tiny_dataset,
-                                                          monkeypatch):
-    log = []
-    _fake_graphs(monkeypatch, log)
-    train_iter, test_iter = _ordered_iters(tiny_dataset, 4)
-    with pytest.warns(RuntimeWarning, match=r"changes every step \(lr_schedule='linear'\)"):
-        h = d2l.train(_linear_net(), train_iter, test_iter, 1, 0.1, CPU, cuda_graph=True,
-                      lr_schedule='linear', verbose=False)
-    assert log == [] and h['examples'] == 12
-
-
-def test_time_to_accuracy_options_resume_from_a_checkpoint(isolated, tiny_dataset,
-                                                           tmp_path, capsys):
-    """Early stop and checkpoints together: a run that reached its target
-    resumes to nothing; one that did not goes on after the saved epoch."""
-    arrays = tiny_dataset[1]
-    train_iter = d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, True)
-    test_iter = d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, False)
-    opts = dict(momentum=0.9, nesterov=True, label_smoothing=0.1, lr_schedule='linear',
-                warmup=0.1, target_accuracy=0.99)
-    ck = tmp_path / 'ck.pt'
-    torch.manual_seed(0)
-    h1 = d2l.train(_linear_net(), train_iter, test_iter, 30, 0.05, CPU, verbose=False,
-                   checkpoint=ck, **opts)
-    assert h1['reached'] is not None and len(h1['epoch_times']) < 30
-    h2 = d2l.train(_linear_net(), train_iter, test_iter, 30, 0.05, CPU, checkpoint=ck, **opts)
-    assert 'and the target accuracy reached' in capsys.readouterr().out
-    assert h2['reached'] == h1['reached'] and h2['epoch_times'] == h1['epoch_times']
-    ck2 = tmp_path / 'ck2.pt'
-    opts['target_accuracy'] = 1.0  # not reached in 2 epochs
-    torch.manual_seed(0)
-    d2l.train(_linear_net(), train_iter, test_iter, 2, 0.05, CPU, verbose=False,
-              checkpoint=ck2, **opts)
-    h3 = d2l.train(_linear_net(), train_iter, test_iter, 3, 0.05, CPU, verbose=False,
-                   checkpoint=ck2, **opts)
-    assert h3['start_epoch'] == 2 and len(h3['epoch_times']) == 3
-
-
-def test_checkpoint_of_another_optimizer_is_refused(isolated, tiny_dataset, tmp_path):
-    from d2lzh.torch import fast, training
-    train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
-    ck = tmp_path / 'ck.pt'
-    d2l.train(_linear_net(), train_iter, None, 1, 0.1, CPU, momentum=0.9, verbose=False,
-              checkpoint=ck)
-    net = _linear_net()
-    fused = fast._FusedSGD(net.parameters(), torch.tensor(0.1), momentum=0.9)
-    before = ck.read_bytes()
-    with pytest.raises(ValueError, match='holds the state of another optimizer'):
-        training._load_checkpoint(ck, CPU, net, fused, None, {})
-    assert ck.read_bytes() == before  # the file is only read
-
-
-def test_fused_sgd_state_round_trip():
-    from d2lzh.torch import fast
-    a = [torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)]
-    opt = fast._FusedSGD(a, torch.tensor(0.1), momentum=0.9)
-    assert opt.state_dict() == {'fused_sgd_momentum_buffers': None}  # before the first step
-    opt.buffers = [torch.full_like(p, 2.0) for p in a]
-    other = fast._FusedSGD(a, torch.tensor(0.1), momentum=0.9)
-    other.load_state_dict(opt.state_dict())
-    assert all(torch.equal(x, y) for x, y in zip(other.buffers, opt.buffers))
-    with pytest.raises(ValueError, match='do not fit'):
-        other.load_state_dict({'fused_sgd_momentum_buffers': [torch.zeros(2)]})
+    assert h['examples'] == 12 and not h['cuda_graph']  # every batch eager, the short one too

@@ -5,7 +5,8 @@ each one no process of it may be left (checked with psutil by a marker that
 every process of the job carries on its command line or in its environment).
 Deadlines: a whole job JOB_DEADLINE s; after a worker fails, every other
 process of the job ends within END_DEADLINE s (torchrun notices a dead worker
-within its 0.1 s monitor interval and SIGTERMs the rest).
+within its 0.1 s monitor interval and SIGTERMs the rest); after torchrun itself
+is SIGKILLed, its workers end within ORPHAN_DEADLINE s (d2lzh.jobs.watch).
 """
 import json
 import os
@@ -22,12 +23,14 @@ import pytest
 
 torch = pytest.importorskip('torch')
 from d2lzh import torch as d2l  # noqa: E402
-from d2lzh.torch import book, distributed  # noqa: E402
+from d2lzh.torch import ddp  # noqa: E402
 
 JOB_DEADLINE = 120   # seconds for one job (2 workers, a few steps, maybe one restart)
 END_DEADLINE = 20    # seconds from a worker's failure to the end of every other process
+ORPHAN_DEADLINE = 10  # seconds from torchrun's SIGKILL to the end of its workers
 CONFIG = ['--model', 'lenet', '--epochs', '2', '--batch-size', '8', '--max-examples', '64',
-          '--lr', '0.1', '--no-amp', '--no-channels-last', '--quiet', '--timeout', '90']
+          '--lr', '0.1', '--amp', 'off', '--no-channels-last', '--no-verbose', '--timeout', '90']
+WORKER = ['-m', 'd2lzh.torch.ddp']
 
 
 def _torchrun_args(nnodes=1, nproc=2, endpoint='127.0.0.1:0', extra=()):
@@ -95,9 +98,9 @@ def clean_run(debian_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp('two-nodes')
     port = _free_port()
     cmds = [_torchrun_args(nnodes=2, nproc=1, endpoint=f'127.0.0.1:{port}',
-                           extra=[f'--node-rank={r}', '--rdzv-id=test-job', '-m',
-                                  'd2lzh.torch.distributed', *CONFIG, '--out', str(tmp / 'out'),
-                                  '--checkpoint', str(tmp / 'ck.pt')]) for r in (0, 1)]
+                           extra=[f'--node-rank={r}', '--rdzv-id=test-job', *WORKER, *CONFIG,
+                                  '--out', str(tmp / 'out'), '--checkpoint', str(tmp / 'ck.pt')])
+            for r in (0, 1)]
     codes, outs, _ = _run(cmds, tmp)
     assert codes == [0, 0], outs
     result = json.loads((tmp / 'out' / 'result.json').read_text())
@@ -105,73 +108,73 @@ def clean_run(debian_dir, tmp_path_factory):
 
 
 def test_two_workers_equal_one_process_on_the_combined_batch(clean_run):
-    from d2lzh import data
+    """The book's LeNet (no batch norm): 2 workers with minibatches of 8 train exactly what
+    one process trains with the global minibatches of 16 (d2lzh.jobs.batch_indices)."""
+    from d2lzh import data, jobs
 
     result, state = clean_run
     assert result['world_size'] == 2 and result['backend'] == 'gloo'
     assert len(result['params_digest']) == 2
     assert result['params_digest'][0] == result['params_digest'][1]  # bitwise-equal replicas
-    # one process, batches of 16 = rank 0's 8 examples followed by rank 1's
     train_x, train_y, _, _ = data.load_fashion_mnist(max_examples=64, progress=False)
     X = torch.tensor(train_x, dtype=torch.float32).unsqueeze(1) / 255
     Y = torch.tensor(train_y, dtype=torch.int64)
     torch.manual_seed(0)
-    net = distributed.lenet()
+    net = d2l.lenet()
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     steps = 0
     for epoch in range(2):
-        shards = [distributed.shard_indices(64, r, 2, 0, epoch) for r in range(2)]
-        for i in range(0, 32, 8):
-            idx = torch.cat([s[i:i + 8] for s in shards])
+        for idx in jobs.batch_indices(64, 8, 2, None, epoch, 0):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(net(X[idx]), Y[idx]).backward()
             opt.step()
             steps += 1
-    assert steps == 8
+    assert steps == 8 and result['examples'] == 64
     for name, value in net.state_dict().items():
         torch.testing.assert_close(state['model'][name], value, rtol=1e-5, atol=1e-6)
 
 
 def test_exception_names_rank_and_traceback(debian_dir, tmp_path):
-    cmd = _torchrun_args(extra=['--log-dir', str(tmp_path / 'logs'), '-m',
-                                'd2lzh.torch.distributed', *CONFIG])
-    codes, outs, end = _run([cmd], tmp_path, {'D2LZH_DDP_FAULT': 'raise:1:0'})
+    cmd = _torchrun_args(extra=['--log-dir', str(tmp_path / 'logs'), *WORKER, *CONFIG])
+    codes, outs, end = _run([cmd], tmp_path, {'D2LZH_FAULT': 'raise:1:0'})
     assert codes == [1]
     out = outs[0]
     root = out[out.index('Root Cause'):]
     assert 'rank      : 1 (local_rank: 1)' in root
     assert 'Traceback (most recent call last)' in root
-    assert 'RuntimeError: rank 1 failed on purpose in epoch 0 (D2LZH_DDP_FAULT)' in root
+    assert ('RuntimeError: worker rank 1 failed on purpose before minibatch 0 '
+            '(D2LZH_FAULT=raise:1:0)') in root
     error_file = next((tmp_path / 'logs').rglob('attempt_0/1/error.json'))
     assert end - error_file.stat().st_mtime < END_DEADLINE
 
 
 def test_killed_worker_restarts_and_resumes_from_checkpoint(clean_run, tmp_path):
+    """Rank 1 kills itself before its 6th minibatch (the 2nd of epoch 1, after epoch 0's
+    checkpoint); the restarted group (no fault: the seam acts on the first attempt only)
+    resumes after epoch 0 and ends where the uninterrupted run ended."""
     ck = tmp_path / 'ck.pt'
-    cmd = _torchrun_args(extra=['--max-restarts=1', '-m', 'd2lzh.torch.distributed', *CONFIG,
-                                '--checkpoint', str(ck), '--out', str(tmp_path / 'out')])
-    codes, outs, _ = _run([cmd], tmp_path, {'D2LZH_DDP_FAULT': 'kill:1:1'})
+    cmd = _torchrun_args(extra=['--max-restarts=1', *WORKER, *CONFIG, '--checkpoint', str(ck),
+                                '--out', str(tmp_path / 'out')])
+    codes, outs, _ = _run([cmd], tmp_path, {'D2LZH_FAULT': 'kill:1:5'})
     assert codes == [0], outs
     assert 'failed (exitcode: ' in outs[0]  # torchrun saw the group fail, then restarted it
     result = json.loads((tmp_path / 'out' / 'result.json').read_text())
     assert result['restart_count'] == 1 and result['start_epoch'] == 1
     assert len(result['test_acc']) == 2
     assert result['params_digest'][0] == result['params_digest'][1]
-    # resumed from epoch 1's checkpoint, it ends where the uninterrupted run ended (up to
-    # rounding: that run had 2 threads per process, this one 1)
+    # up to rounding: that run had 2 threads per process, this one 1
     state = torch.load(ck, weights_only=True)
     for name, value in clean_run[1]['model'].items():
         torch.testing.assert_close(state['model'][name], value, rtol=1e-5, atol=1e-6)
 
 
 def test_target_accuracy_stops_every_rank_after_the_same_epoch(debian_dir, tmp_path):
-    """The time-to-accuracy options in DDP: only rank 0 evaluates (from epoch
-    2 on), and its decision to stop reaches rank 1, which has no test set: a
-    rank that went on alone would wait at the next barrier until the
-    deadline. The replicas stay identical."""
-    cmd = _torchrun_args(extra=['-m', 'd2lzh.torch.distributed', *CONFIG, '--epochs', '3',
-                                '--momentum', '0.9', '--nesterov', '--lr-schedule', 'linear',
-                                '--warmup', '0.2', '--label-smoothing', '0.1',
+    """The fast path in DDP: only rank 0 evaluates (from epoch 2 on), and its decision to
+    stop reaches rank 1, which has no test set: a rank that went on alone would wait at the
+    next barrier until the deadline. The replicas stay identical."""
+    cmd = _torchrun_args(extra=[*WORKER, *CONFIG, '--epochs', '3', '--momentum', '0.9',
+                                '--nesterov', '--lr-schedule', 'linear', '--lr-warmup', '0.2',
+                                '--label-smoothing', '0.1', '--fused-sgd', '--time-startup',
                                 '--target-accuracy', '0.01', '--eval-from', '2',
                                 '--out', str(tmp_path / 'out')])
     codes, outs, _ = _run([cmd], tmp_path)
@@ -179,17 +182,62 @@ def test_target_accuracy_stops_every_rank_after_the_same_epoch(debian_dir, tmp_p
     result = json.loads((tmp_path / 'out' / 'result.json').read_text())
     assert result['reached']['epoch'] == 2 and len(result['epoch_times']) == 2
     assert result['test_acc'][0] is None and result['test_acc'][1] >= 0.01
-    assert result['warmup_time'] > 0
+    assert result['startup_s'] > 0 and result['fused_sgd']
     assert result['params_digest'][0] == result['params_digest'][1]
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_workers_end_when_torchrun_is_killed(debian_dir, tmp_path):
+    """SIGKILL to torchrun itself (not to its process group) while its 2 workers train: every
+    worker notices that its launcher is gone and exits within ORPHAN_DEADLINE s, instead of
+    training on as an orphan until its deadline."""
+    ck = tmp_path / 'ck.pt'
+    cmd = _torchrun_args(extra=[*WORKER, *CONFIG, '--epochs', '1000', '--checkpoint', str(ck)])
+    env = {**os.environ, 'TMPDIR': str(tmp_path), 'D2LZH_TEST_MARKER': str(tmp_path),
+           'OMP_NUM_THREADS': '1'}
+    env.pop('D2LZH_MAX_EXAMPLES', None)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            cwd=tmp_path, start_new_session=True)
+    workers = []
+    try:
+        deadline = time.monotonic() + JOB_DEADLINE
+        while not ck.exists():  # rank 0 has finished an epoch: both workers train
+            assert proc.poll() is None and time.monotonic() < deadline, 'no epoch finished'
+            time.sleep(0.2)
+        workers = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)
+                   if 'd2lzh.torch.ddp' in ' '.join(p.cmdline())]
+        assert len(workers) == 2
+        os.kill(proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait(timeout=10)
+        while any(_alive(pid) for pid in workers) and time.monotonic() - killed < ORPHAN_DEADLINE:
+            time.sleep(0.1)
+        left = [pid for pid in workers if _alive(pid)]
+        assert not left, f'workers still running {ORPHAN_DEADLINE} s after torchrun was killed'
+    finally:  # torchrun starts each worker in a session of its own: end them one by one
+        for pid in [proc.pid, *workers]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=10)
+    time.sleep(0.5)
+    assert not _job_processes(str(tmp_path))
 
 
 def test_run_ddp_from_python_reports_a_killed_rank(debian_dir, monkeypatch, tmp_path):
     """elastic_launch as a notebook calls it: the error names rank 1 and
-    SIGKILL, the caller's signal handlers come back, no torchelastic_* folder
-    and no process is left."""
+    SIGKILL, the caller's signal handlers come back, no file in the temporary
+    folder and no process is left (also after a rank that raised)."""
     monkeypatch.setenv('TMPDIR', str(tmp_path))
     monkeypatch.setattr(tempfile, 'tempdir', None)
-    monkeypatch.setenv('D2LZH_DDP_FAULT', 'kill:1:0')
+    monkeypatch.setenv('D2LZH_FAULT', 'kill:1:0')
     monkeypatch.setenv('D2LZH_TEST_MARKER', str(tmp_path))
     monkeypatch.delenv('D2LZH_MAX_EXAMPLES', raising=False)
 
@@ -202,71 +250,76 @@ def test_run_ddp_from_python_reports_a_killed_rank(debian_dir, monkeypatch, tmp_
         with pytest.raises(RuntimeError, match=r'DDP worker rank 1 of 2 failed with exit code '
                                                r'-9 \(SIGKILL\): no traceback \(the process '
                                                r'was killed by a signal'):
-            d2l.run_ddp(2, model='lenet', num_epochs=1, batch_size=8, max_examples=64,
-                        amp=False, channels_last=False, timeout=90)
+            d2l.run_ddp(2, d2l.Recipe(epochs=1, batch_size=8, amp='off', channels_last=False),
+                        model='lenet', max_examples=64, timeout=90)
         assert time.monotonic() - start < JOB_DEADLINE
         assert signal.getsignal(signal.SIGINT) is mine
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    assert not [p.name for p in Path(tmp_path).iterdir() if p.name.startswith('torchelastic_')]
+    monkeypatch.setenv('D2LZH_FAULT', 'raise:0:0')  # a traceback: torch's error file, removed
+    with pytest.raises(RuntimeError, match=r'rank 0 of 1 failed .*on purpose before minibatch 0'):
+        d2l.run_ddp(1, d2l.Recipe(epochs=1, batch_size=8, amp='off', channels_last=False),
+                    model='lenet', max_examples=64, timeout=90)
+    assert not list(Path(tmp_path).iterdir())  # no torchelastic_*, no pytorch-errorfile-*
     assert not _job_processes(str(tmp_path))
 
 
 def test_worker_outside_torchrun_says_how_to_start_it(monkeypatch):
     monkeypatch.delenv('RANK', raising=False)
     with pytest.raises(RuntimeError, match=r'\$RANK is not set: .*torchrun'):
-        d2l.ddp_worker({'model': 'lenet'})
+        d2l.ddp_worker()
 
 
 def test_run_ddp_rejects_bad_settings(monkeypatch):
     with pytest.raises(ValueError, match=r"model='vgg' is not valid"):
         d2l.run_ddp(1, model='vgg')
-    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['epochs'\]"):
-        d2l.ddp_worker({'epochs': 2})
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['epochs'\].*d2l.Recipe"):
+        d2l.run_ddp(1, epochs=2)
     with pytest.raises(ValueError, match='max_restarts=-1'):
         d2l.run_ddp(1, max_restarts=-1)
-    monkeypatch.setattr(book, 'num_gpus', lambda: 1)
-    monkeypatch.setattr(book, 'gpu_name', lambda i: 'NVIDIA H200')
+    from d2lzh.torch import launch
+    monkeypatch.setattr(launch, 'num_gpus', lambda: 1)
+    monkeypatch.setattr(launch, 'gpu_name', lambda i: 'NVIDIA H200')
     with pytest.raises(ValueError, match='asked for 2 GPUs but this machine has 1'):
         d2l.run_ddp(2, backend='nccl')
-    monkeypatch.setattr(book, 'num_gpus', lambda: 2)
+    monkeypatch.setattr(launch, 'num_gpus', lambda: 2)
     with pytest.raises(ValueError, match='cuda_graph=True with world_size=2'):
-        d2l.run_ddp(2, backend='nccl', cuda_graph=True)
-
-
-def test_shards_are_disjoint_and_cover_the_data():
-    shards = [distributed.shard_indices(10, r, 2, seed=0, epoch=3) for r in range(2)]
-    assert sorted(torch.cat(shards).tolist()) == list(range(10))
-    assert not torch.equal(distributed.shard_indices(10, 0, 2, 0, 3),
-                           distributed.shard_indices(10, 0, 2, 0, 4))
+        d2l.run_ddp(2, d2l.Recipe(cuda_graph=True), backend='nccl')
 
 
 def test_worker_module_help():
-    out = subprocess.run([sys.executable, '-m', 'd2lzh.torch.distributed', '--help'],
+    out = subprocess.run([sys.executable, '-m', 'd2lzh.torch.ddp', '--help'],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stderr == ''
-    assert 'torchrun ... -m d2lzh.torch.distributed' in out.stdout and '--checkpoint' in out.stdout
+    for text in ('torchrun ... -m d2lzh.torch.ddp', '--checkpoint', '--fast', '--lr-warmup'):
+        assert text in out.stdout
 
 
-def test_worker_flags_give_the_fast_recipe():
-    """The command line that README and --help give for d2l.FAST_RECIPE sets
-    exactly its options in the worker."""
-    flags = ('--momentum 0.9 --weight-decay 5e-4 --nesterov --lr-schedule linear --warmup 0.2 '
-             '--label-smoothing 0.1 --target-accuracy 0.92 --eval-from 2 --cuda-graph').split()
-    cfg = vars(distributed._parser().parse_args(flags))
-    assert {k: cfg[k] for k in d2l.FAST_RECIPE} == d2l.FAST_RECIPE
-    assert ' '.join(flags[:-1]) in ' '.join(distributed._parser().format_help().split())
-    assert distributed._config(cfg)  # valid as a whole
+def test_worker_flags_are_the_recipe_fields():
+    """The flags are generated from Recipe's and Job's fields: --fast gives d2l.FAST, and the
+    same settings spelled out give it too; a bad value is refused with the field's rule."""
+    import dataclasses
+    assert ddp._parse(['--fast']) == [d2l.FAST, ddp.Job()]
+    flags = ('--batch-size 512 --epochs 2 --cuda-graph --momentum 0.9 --nesterov '
+             '--weight-decay 5e-4 --fused-sgd --lr-schedule linear --lr-warmup 0.2 '
+             '--label-smoothing 0.1 --eval-from 2 --target-accuracy 0.92 --time-startup')
+    recipe, job = ddp._parse(flags.split() + ['--model', 'lenet', '--max-examples', '64'])
+    assert recipe == d2l.FAST and job == ddp.Job(model='lenet', max_examples='64')
+    assert ddp._parse(['--fast', '--lr-schedule', 'cosine', '--lr-warmup', '0'])[0] == \
+        dataclasses.replace(d2l.FAST, lr_schedule='cosine', lr_warmup=0.0)
+    assert ddp._parse(['--fast', '--target-accuracy', 'none'])[0].target_accuracy is None
+    with pytest.raises(SystemExit):
+        ddp._parse(['--momentum', '1.5'])
 
 
 def test_graph_with_several_nccl_processes_only_as_an_experiment(monkeypatch):
-    monkeypatch.delenv(distributed.GRAPH_EXPERIMENT_ENV, raising=False)
+    monkeypatch.delenv(ddp.GRAPH_EXPERIMENT_ENV, raising=False)
     with pytest.raises(ValueError, match='refused rather than left to hang'):
-        distributed._refuse_graph_with_several(True, 'nccl', 2)
-    distributed._refuse_graph_with_several(True, 'nccl', 1)  # one process: allowed
-    distributed._refuse_graph_with_several(True, 'gloo', 2)  # no graph on the CPU anyway
-    monkeypatch.setenv(distributed.GRAPH_EXPERIMENT_ENV, '1')
+        ddp.refuse_graph_with_several(True, 'nccl', 2)
+    ddp.refuse_graph_with_several(True, 'nccl', 1)  # one process: allowed
+    ddp.refuse_graph_with_several(True, 'gloo', 2)  # no graph on the CPU anyway
+    monkeypatch.setenv(ddp.GRAPH_EXPERIMENT_ENV, '1')
     with pytest.warns(RuntimeWarning, match='only the timeout ends it'):
-        distributed._refuse_graph_with_several(True, 'nccl', 2)
+        ddp.refuse_graph_with_several(True, 'nccl', 2)

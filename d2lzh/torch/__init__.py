@@ -1,29 +1,20 @@
 """The PyTorch twin of :mod:`d2lzh.mxnet`: the same names, PyTorch semantics.
 
-``from d2lzh import torch as d2l`` gives ``Benchmark``, ``try_gpu``,
-``try_all_gpus``, ``try_devices``, ``Residual``, ``resnet18``,
-``evaluate_accuracy``, ``load_data_fashion_mnist``, ``split_and_load``,
-``allreduce``, ``get_params``, ``sgd``, the training loops used by the
-notebooks (``train``, ``train_data_parallel``) and DistributedDataParallel
-(``run_ddp``, ``ddp_worker``, ``measure_allreduce``; the worker runs under
-``torchrun -m d2lzh.torch.distributed``). The data comes from :mod:`d2lzh.data` (same
-search order, verification and ``$D2LZH_MAX_EXAMPLES``); torchvision is not
-needed. PyTorch >= 2.4 is supported; it is an optional extra of d2lzh.
+``from d2lzh import torch as d2l``. One module per concern:
 
-Devices: a ``torch.device``. Where the book asks for several GPUs and the
-machine has none, the CPU stands in (``try_devices(2)`` gives the CPU twice).
+* :mod:`~d2lzh.torch.book`: the book's API (devices, ``lenet``, ``resnet18``,
+  ``split_and_load``, ``allreduce``, ``evaluate_accuracy``, ``setup_report`` ...);
+* :mod:`~d2lzh.torch.data`: Fashion-MNIST iterators (host, pinned, GPU; a worker's shard);
+* :mod:`~d2lzh.torch.train`: ``train``, the book's loop, and ``train_data_parallel``;
+* :mod:`~d2lzh.torch.recipe`: the fast path (beyond the book): ``train_fast`` trains as a
+  ``Recipe`` says; ``FAST`` is the one measured fastest to 0.92 test accuracy;
+* :mod:`~d2lzh.torch.ddp`: the torchrun worker (``python -m d2lzh.torch.ddp``) and
+  :mod:`~d2lzh.torch.launch`: ``run_ddp``, ``measure_allreduce`` from a notebook, both
+  imported at the first use of their names (so that ``-m d2lzh.torch.ddp`` runs cleanly);
+* :mod:`~d2lzh.torch.settings`: settings dataclasses whose fields are checks and flags.
 
-One module per concern:
-
-* :mod:`d2lzh.torch.book`: the book's API (devices, models, split/allreduce,
-  evaluation, ``setup_report``);
-* :mod:`d2lzh.torch.iterators`: Fashion-MNIST minibatch iterators;
-* :mod:`d2lzh.torch.training`: ``train`` (the one epoch loop, also of every
-  DistributedDataParallel process) and ``train_data_parallel``;
-* :mod:`d2lzh.torch.fast`: ``FAST_RECIPE``, the option set of ``train``
-  measured fastest to 0.92 test accuracy, and its fused SGD (beyond the book);
-* :mod:`d2lzh.torch.distributed`: DistributedDataParallel (imported on first
-  use of its names, so that ``python -m d2lzh.torch.distributed`` runs cleanly).
+The data comes from :mod:`d2lzh.data` (no torchvision). Where the book asks for several
+GPUs and the machine has none, the CPU stands in (``try_devices(2)`` gives it twice).
 """
 import importlib
 
@@ -34,31 +25,25 @@ from torch import nn  # noqa: F401
 from ..plot import bar_chart, set_figsize  # noqa: F401
 from ..results import load_reference, record  # noqa: F401
 from ..timing import Benchmark, Timer  # noqa: F401
-from .book import (Residual, allreduce, evaluate_accuracy, get_params, gpu_name,  # noqa: F401
-                   num_gpus, resnet18, setup_report, sgd, split_and_load, synchronize,
-                   try_all_gpus, try_devices, try_gpu)
-from .iterators import FashionMNISTIter, choose_max_examples, load_data_fashion_mnist  # noqa: F401
-from .training import train, train_data_parallel  # noqa: F401
-from .fast import FAST_BATCH_SIZE, FAST_EPOCHS, FAST_LR, FAST_RECIPE  # noqa: F401
+from .book import *  # noqa: F401,F403
+from .book import __all__ as _book
+from .data import (FashionMNISTIter, ShardIter, choose_max_examples,  # noqa: F401
+                   load_data_fashion_mnist)
+from .recipe import FAST, Recipe, TrainStep, train_fast  # noqa: F401
+from .train import train, train_data_parallel  # noqa: F401
 
-_LAZY = {name: 'd2lzh.torch.distributed'
-         for name in ('run_ddp', 'ddp_worker', 'measure_allreduce')}
-
+_LAZY = {'ddp_worker': 'd2lzh.torch.ddp', 'Job': 'd2lzh.torch.ddp',
+         'run_ddp': 'd2lzh.torch.launch', 'measure_allreduce': 'd2lzh.torch.launch'}
 __all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'record', 'load_reference', 'bar_chart',
-           'set_figsize', 'gpu_name', 'num_gpus', 'try_gpu', 'try_all_gpus', 'try_devices',
-           'synchronize',
-           'Residual', 'resnet18', 'split_and_load', 'allreduce', 'get_params', 'sgd',
-           'evaluate_accuracy', 'FashionMNISTIter', 'load_data_fashion_mnist',
-           'choose_max_examples', 'train', 'train_data_parallel', 'run_ddp', 'ddp_worker',
-           'measure_allreduce', 'setup_report', 'FAST_RECIPE', 'FAST_BATCH_SIZE', 'FAST_EPOCHS',
-           'FAST_LR']
+           'set_figsize', *_book, 'FashionMNISTIter', 'ShardIter', 'load_data_fashion_mnist',
+           'choose_max_examples', 'train', 'train_data_parallel', 'Recipe', 'FAST',
+           'TrainStep', 'train_fast', *_LAZY]
 
 
 def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _LAZY:
         raise AttributeError(f"module 'd2lzh.torch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value
     return value
 

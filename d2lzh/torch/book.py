@@ -1,9 +1,7 @@
-"""The book's API in PyTorch: devices (4.6), models (5.11, 8.5), the
-data-parallel helpers of 8.4 (``split_and_load``, ``allreduce``,
-``get_params``, ``sgd``) and ``evaluate_accuracy`` (3.6).
-
-The argument checks and their messages are shared with :mod:`d2lzh.mxnet`
-through :mod:`d2lzh.checks`.
+"""The book's API in PyTorch: devices (4.6), models (LeNet of 8.4, ResNet-18 of 5.11 and
+8.5), the data-parallel helpers of 8.4 (``split_and_load``, ``allreduce``, ``get_params``,
+``sgd``) and ``evaluate_accuracy`` (3.6). Argument checks and their messages are shared
+with :mod:`d2lzh.mxnet` through :mod:`d2lzh.checks`.
 """
 import os
 
@@ -14,7 +12,7 @@ from torch import nn
 from .. import checks as _checks
 
 __all__ = ['num_gpus', 'gpu_name', 'try_gpu', 'try_all_gpus', 'try_devices', 'synchronize',
-           'Residual', 'resnet18', 'split_and_load', 'allreduce', 'get_params', 'sgd',
+           'lenet', 'Residual', 'resnet18', 'split_and_load', 'allreduce', 'get_params', 'sgd',
            'evaluate_accuracy', 'setup_report']
 
 
@@ -43,12 +41,10 @@ def try_all_gpus():
 def try_devices(num):
     """Return ``num`` devices for data-parallel code (chapter 8.4/8.5).
 
-    The same rule as the MXNet edition (:func:`d2lzh.checks.choose_gpus`):
-    the first ``num`` GPUs when the machine has that many; with no GPU at
-    all, the CPU stands in for each device (``[cpu, cpu, ...]``), so the
-    multi-device code path runs unchanged, on the same cores; with some GPUs
-    but fewer than ``num``, a RuntimeWarning names the GPUs found and the
-    ones there are are returned.
+    The rule of the MXNet edition too (:func:`d2lzh.checks.choose_gpus`): the first ``num``
+    GPUs when the machine has that many; with no GPU at all, the CPU stands in for each
+    device (``[cpu, cpu, ...]``), so the multi-device code runs unchanged, on the same
+    cores; with fewer GPUs than ``num``, a RuntimeWarning names them and they are returned.
 
     Args:
         num (int): how many devices, >= 1.
@@ -59,31 +55,38 @@ def try_devices(num):
     Raises:
         ValueError: ``num`` is not a positive whole number.
     """
-    _checks.check_num_devices(num)
+    _checks.check_positive_int('num', num)
     gpus = _checks.choose_gpus(num, range(num_gpus()), lambda i: f'cuda:{i} ({gpu_name(i)})')
     return [torch.device(f'cuda:{i}') for i in gpus] if gpus else [torch.device('cpu')] * num
 
 
 def synchronize(device=None):
-    """Wait until all queued work on ``device`` (a CUDA device) has finished.
-
-    A no-op for the CPU, whose operators PyTorch runs synchronously.
-    """
+    """Wait until all work queued on ``device`` (default: the current CUDA device) has
+    finished; a no-op for the CPU, whose operators PyTorch runs synchronously."""
     device = torch.device(device) if device is not None else None
-    if device is None:
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-    elif device.type == 'cuda':
+    if (device is None and torch.cuda.is_available()) or getattr(device, 'type', '') == 'cuda':
         torch.cuda.synchronize(device)
 
 
-# ----------------------------------------------------------------- models (5.11, 8.5)
+# ------------------------------------------------------------ models (8.4, 5.11, 8.5)
+
+def lenet():
+    """LeNet as section 8.4 trains it: conv 3x3 (20) - ReLU - avg pool 2 - conv 5x5 (50) -
+    ReLU - avg pool 2 - linear 128 - ReLU - linear 10. Without batch norm, N processes on
+    minibatches of B compute what one process computes on N*B (the DDP tests check it).
+
+    Returns:
+        torch.nn.Sequential: float32 (batch, 1, 28, 28) -> logits (batch, 10).
+    """
+    return nn.Sequential(nn.Conv2d(1, 20, kernel_size=3), nn.ReLU(), nn.AvgPool2d(2),
+                         nn.Conv2d(20, 50, kernel_size=5), nn.ReLU(), nn.AvgPool2d(2),
+                         nn.Flatten(), nn.Linear(50 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10))
+
 
 class Residual(nn.Module):
-    """The residual block of ResNet (book 5.11), PyTorch version.
-
-    Two 3x3 convolutions with batch norm; the input skips around them, through
-    a 1x1 convolution when ``use_1x1conv``. Input/output float (batch, C, H, W).
+    """The residual block of ResNet (book 5.11): two 3x3 convolutions with batch norm; the
+    input skips around them, through a 1x1 convolution when ``use_1x1conv``. Input and
+    output float (batch, C, H, W).
 
     Args:
         in_channels (int): input channels.
@@ -96,10 +99,9 @@ class Residual(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, num_channels, 3, padding=1, stride=strides)
         self.conv2 = nn.Conv2d(num_channels, num_channels, 3, padding=1)
-        self.conv3 = (nn.Conv2d(in_channels, num_channels, 1, stride=strides)
-                      if use_1x1conv else None)
-        self.bn1 = nn.BatchNorm2d(num_channels)
-        self.bn2 = nn.BatchNorm2d(num_channels)
+        self.conv3 = nn.Conv2d(in_channels, num_channels, 1, stride=strides) \
+            if use_1x1conv else None
+        self.bn1, self.bn2 = nn.BatchNorm2d(num_channels), nn.BatchNorm2d(num_channels)
 
     def forward(self, X):
         Y = F.relu(self.bn1(self.conv1(X)))
@@ -109,16 +111,15 @@ class Residual(nn.Module):
 
 
 def resnet18(num_classes, in_channels=1):
-    """ResNet-18 as in chapter 8.5 (3x3 stride-1 stem, no max pooling, four
-    stages of two residual blocks, global average pooling, linear layer).
+    """ResNet-18 as in chapter 8.5 (3x3 stride-1 stem, no max pooling, four stages of two
+    residual blocks, global average pooling, linear layer).
 
     Args:
         num_classes (int): outputs.
         in_channels (int): input channels (1 for Fashion-MNIST).
 
     Returns:
-        torch.nn.Sequential: float (batch, in_channels, H, W) -> logits
-        (batch, num_classes).
+        torch.nn.Sequential: float (batch, in_channels, H, W) -> logits (batch, num_classes).
     """
     layers = [nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
               nn.BatchNorm2d(64), nn.ReLU()]
@@ -188,13 +189,8 @@ def get_params(params, device):
 
 
 def sgd(params, lr, batch_size):
-    """Minibatch SGD, in place, then zero the gradients (book 3.2).
-
-    Args:
-        params (list of torch.Tensor): leaf tensors with ``.grad``.
-        lr (float): learning rate.
-        batch_size (int): the gradients are sums over this many examples.
-    """
+    """Minibatch SGD on ``params`` (leaf tensors with ``.grad``, sums over ``batch_size``
+    examples) with learning rate ``lr``, in place; then zero the gradients (book 3.2)."""
     with torch.no_grad():
         for p in params:
             p -= lr * p.grad / batch_size
@@ -206,15 +202,14 @@ def sgd(params, lr, batch_size):
 def evaluate_accuracy(data_iter, net, device=None):
     """Classification accuracy of ``net`` on ``data_iter`` (book 3.6, 8.5).
 
-    Puts an ``nn.Module`` in eval mode for the pass and restores its mode.
-    Counts stay on the device until the end: one synchronisation.
+    Puts an ``nn.Module`` in eval mode for the pass and restores its mode. Counts stay on
+    the device until the end: one synchronisation.
 
     Args:
         data_iter: iterable of ``(X, y)``; X float (batch, ...), y int (batch,).
         net (callable): X -> logits (batch, num_classes).
-        device (torch.device, str or list or None): where to compute; a list
-            uses its first device; default: the device of net's first
-            parameter, else the CPU.
+        device (torch.device, str or list or None): where to compute; a list uses its
+            first device; default: the device of net's first parameter, else the CPU.
 
     Returns:
         float: accuracy in [0, 1].
@@ -246,8 +241,8 @@ def evaluate_accuracy(data_iter, net, device=None):
 
 
 def setup_report():
-    """Print the versions and GPUs this notebook runs with; says plainly when
-    there is no GPU. Returns None."""
+    """Print the versions and GPUs this notebook runs with; says plainly when there is no
+    GPU. Returns None."""
     import platform
     cuda = torch.version.cuda or 'none (CPU build)'
     print(f'Python {platform.python_version()}, PyTorch {torch.__version__}, CUDA {cuda}, '

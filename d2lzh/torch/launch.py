@@ -1,0 +1,197 @@
+"""DistributedDataParallel from a notebook (beyond the book): :func:`run_ddp` runs
+:func:`d2lzh.torch.ddp.ddp_worker` in N processes of this machine through torchrun's Python
+API (``elastic_launch``), and :func:`measure_allreduce` times all-reduces the same way.
+"""
+import dataclasses
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from ..checks import check_positive_int
+from .book import gpu_name, num_gpus, synchronize
+from .ddp import Job, ddp_worker, init_process_group, refuse_graph_with_several, torchrun_env
+from .recipe import Recipe
+
+__all__ = ['run_ddp', 'measure_allreduce']
+
+
+def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job):
+    """Run :func:`d2lzh.torch.ddp.ddp_worker` in ``world_size`` processes on this machine,
+    from Python (a notebook): what ``torchrun --nproc-per-node=world_size`` does, through
+    ``elastic_launch``, with c10d rendezvous on 127.0.0.1 (a free port).
+
+    The new processes are spawned and import the worker by name (a function defined in a
+    notebook would fail). The caller's SIGINT/SIGTERM handlers, which the launcher replaces,
+    are put back and its files in the temporary folder removed. The workers' stderr goes to
+    files there (a Jupyter kernel would forward it, local paths and all, into the cell), and
+    Python logging is off meanwhile.
+
+    Args:
+        world_size (int): processes (one GPU each with NCCL).
+        recipe (Recipe): how each process trains (default ``d2l.Recipe()``).
+        max_restarts (int): restarts of the group after a failure (resuming from
+            ``recipe.checkpoint`` if set).
+        join_timeout (float): seconds the rendezvous waits for every process.
+        **job: fields of :class:`d2lzh.torch.ddp.Job` (model, max_examples, backend,
+            gradient_as_bucket_view, timeout, seed, out; verbose defaults to False here).
+
+    Returns:
+        dict: rank 0's result (see :func:`d2lzh.torch.ddp.ddp_worker`).
+
+    Raises:
+        ValueError: a bad ``world_size``, setting or keyword, more NCCL processes than GPUs,
+            or ``cuda_graph`` with more than one NCCL process.
+        RuntimeError: a worker failed (after ``max_restarts`` restarts); the message names
+            its rank, exit code and the last line of its traceback (torch's
+            ``ChildFailedError`` is chained as the cause).
+    """
+    check_positive_int('world_size', world_size)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f'max_restarts={max_restarts!r} is not valid: use a whole number >= 0')
+    unknown = sorted(set(job) - {f.name for f in dataclasses.fields(Job)})
+    if unknown:
+        raise ValueError(f'unknown setting(s) {unknown}: run_ddp takes the fields of '
+                         'd2lzh.torch.ddp.Job as keywords; how each process trains goes in '
+                         'recipe, e.g. run_ddp(2, d2l.Recipe(epochs=2, lr=0.2))')
+    recipe, job = recipe or Recipe(), Job(**{'verbose': False, **job})
+    job = dataclasses.replace(job, backend=_backend(job.backend, world_size))
+    refuse_graph_with_several(recipe.cuda_graph, job.backend, world_size)
+    return _launch(world_size, ddp_worker, (recipe, job), max_restarts, join_timeout)[0]
+
+
+def _backend(backend, world_size):
+    """``backend``, or nccl with GPUs else gloo; ValueError for more NCCL processes than GPUs."""
+    backend = backend or ('nccl' if num_gpus() > 0 else 'gloo')
+    if backend == 'nccl' and num_gpus() < world_size:
+        names = ', '.join(f'cuda:{i} ({gpu_name(i)})' for i in range(num_gpus()))
+        raise ValueError(f'asked for {world_size} GPUs but this machine has {num_gpus()}: '
+                         f'{names or "none"}. Ask for at most {num_gpus()} processes, or use '
+                         "backend='gloo'.")
+    return backend
+
+
+def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0):
+    """``elastic_launch`` of ``entrypoint(*args)`` in ``world_size`` spawned local processes,
+    as :func:`run_ddp` describes; returns {rank: return value}, RuntimeError on a failure."""
+    log_dir = tempfile.mkdtemp(prefix='d2lzh-ddp-')
+    before = set(_leftovers())
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    disabled = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)  # the launcher logs every step, with local paths
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=uuid.uuid4().hex,
+        rdzv_backend='c10d', rdzv_endpoint='127.0.0.1:0',
+        rdzv_configs={'join_timeout': join_timeout}, max_restarts=max_restarts,
+        monitor_interval=0.1, start_method='spawn',
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ERR))
+    try:
+        return elastic_launch(config, entrypoint)(*args)
+    except ChildFailedError as err:
+        raise RuntimeError(_failure_message(err, world_size, max_restarts)) from err
+    finally:
+        logging.disable(disabled)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(log_dir, ignore_errors=True)
+        for path in set(_leftovers()) - before:
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+
+
+def _leftovers():
+    """What a launch leaves in the temporary folder: torchelastic_* log folders, and the
+    pytorch-errorfile-*.pickle of each process that raised (never removed by torch)."""
+    tmp = tempfile.gettempdir()
+    return [os.path.join(tmp, name) for name in os.listdir(tmp)
+            if name.startswith(('torchelastic_', 'pytorch-errorfile-'))]
+
+
+def _failure_message(err, world_size, max_restarts):
+    """'DDP worker rank R of W failed ...: exit code, last line of the traceback'."""
+    # the agent SIGTERMs the others: the root cause is a process that died of another
+    # signal (e.g. SIGKILL), else the earliest failure
+    signalled = [(r, f) for r, f in err.failures.items()
+                 if f.exitcode < 0 and f.exitcode != -signal.SIGTERM]
+    rank, failure = min(signalled, key=lambda rf: rf[1].timestamp) if signalled \
+        else err.get_first_failure()
+    detail = 'no traceback (the process was killed by a signal or exited without one)'
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get('message', '')
+    if message and not str(message).startswith(('To enable traceback', 'Signal ')):
+        detail = ([ln for ln in str(message).splitlines() if ln.strip()] or [detail])[-1]
+    code = failure.exitcode
+    sig = f' ({signal.Signals(-code).name})' if -code in signal.valid_signals() else ''
+    others = sorted(r for r in err.failures if r != rank)
+    return (f'DDP worker rank {rank} of {world_size} failed'
+            f'{f" after {max_restarts} restart(s)" if max_restarts else ""} with exit code '
+            f'{code}{sig}: {detail}{f" (then rank(s) {others} failed too)" if others else ""}. '
+            'The other workers were stopped.')
+
+
+@record
+def _allreduce_worker(sizes, repeats, backend):
+    rank, local_rank, world_size = torchrun_env()
+    device = torch.device('cuda', local_rank) if backend == 'nccl' else torch.device('cpu')
+    if backend == 'nccl':
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(1)
+    init_process_group(backend, rank, world_size, timeout=300)
+    try:
+        times = []
+        for size in sizes:
+            x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
+            dist.all_reduce(x)  # once before timing: connections and buffers
+            best = float('inf')
+            for _ in range(repeats):
+                synchronize(device)
+                dist.barrier()
+                start = time.perf_counter()
+                dist.all_reduce(x)
+                synchronize(device)
+                best = min(best, time.perf_counter() - start)
+            t = torch.tensor([best], dtype=torch.float64, device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+            times.append(t.item())
+    finally:
+        dist.destroy_process_group()
+    return times if rank == 0 else None
+
+
+def measure_allreduce(world_size, sizes, repeats=5, backend=None):
+    """Seconds of one all-reduce (sum) of float32 tensors across ``world_size`` local
+    processes, started as :func:`run_ddp` starts them (beyond the book). For each size, one
+    untimed all-reduce, then ``repeats`` timed ones, each between a barrier and a
+    synchronisation; the best of them, from the slowest rank.
+
+    Args:
+        world_size (int): processes (one GPU each with NCCL).
+        sizes (list of int): tensor sizes in bytes (multiples of 4).
+        repeats (int): timed all-reduces per size.
+        backend (str or None): 'nccl' or 'gloo'; default nccl with GPUs.
+
+    Returns:
+        list of float: seconds per all-reduce, one per size.
+
+    Raises:
+        ValueError: bad arguments, or more NCCL processes than GPUs.
+        RuntimeError: a process failed.
+    """
+    for name, value in [('world_size', world_size), ('repeats', repeats),
+                        *(('size', size) for size in sizes)]:
+        check_positive_int(name, value)
+    backend = _backend(backend, world_size)
+    return _launch(world_size, _allreduce_worker, (list(sizes), repeats, backend))[0]

@@ -1,0 +1,377 @@
+"""The fast path (beyond the book): :func:`train_fast` trains as a :class:`Recipe` says,
+one validated settings object (the torchrun worker's flags, ``run_ddp`` and bench/ use it
+too) whose fields are the techniques of 在现代 GPU 上把训练跑满, none turning another on.
+:data:`FAST` is the recipe measured fastest from a cold start to 0.92 on one H100::
+
+    train_iter, test_iter = d2l.load_data_fashion_mnist(d2l.FAST.batch_size, device=gpu)
+    history = d2l.train_fast(d2l.resnet18(10), train_iter, test_iter, gpu, d2l.FAST)
+    history['reached']   # {'epoch', 'test_acc', 'seconds'} or None
+"""
+import contextlib
+import dataclasses
+import math
+import os
+import time
+import warnings
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from .book import evaluate_accuracy, synchronize
+from .settings import check_fields, setting
+
+__all__ = ['Recipe', 'FAST', 'train_fast', 'TrainStep', 'FusedSGD', 'learning_rates',
+           'capture_stream']
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How :func:`train_fast` trains: one immutable, validated set of settings (beyond the
+    book), each field one technique with its help; ``dataclasses.replace(d2l.FAST,
+    epochs=3)`` changes fields. Raises ValueError for a field of the wrong type or out of
+    range, or for two fields that do not go together; the message names the fix."""
+    batch_size: int = setting(256, 'examples per step (per process with DDP)', valid='[1, inf)')
+    epochs: int = setting(4, 'passes over the training data', valid='[1, inf)')
+    lr: float = setting(0.1, 'learning rate (the peak of a schedule)', valid='(0, inf)')
+    amp: str = setting('auto', 'mixed precision on CUDA; auto: bf16 from compute capability '
+                       '8.0 on, else fp16 + GradScaler', choices=('auto', 'bf16', 'fp16', 'off'))
+    channels_last: bool = setting(True, 'NHWC memory format for the model and its inputs')
+    compile: bool = setting(False, 'torch.compile the model (the first epoch compiles)')
+    cuda_graph: bool = setting(False, 'record the whole step as a CUDA graph, replay it (CUDA; '
+                               'a smaller last batch is skipped)')
+    capture_after: int = setting(None, 'eager steps before the first capture (none: 3, or 11 '
+                                 'with DDP, as it asks)', int, valid='[1, inf)')
+    momentum: float = setting(0.0, 'SGD momentum', valid='[0, 1)')
+    nesterov: bool = setting(False, 'Nesterov momentum (needs momentum > 0)')
+    weight_decay: float = setting(0.0, 'SGD weight decay', valid='[0, inf)')
+    fused_sgd: bool = setting(False, "SGD as PyTorch's fused kernel, the rate in a tensor that "
+                              'a CUDA graph reads; no torch.optim import (seconds at start)')
+    lr_schedule: str = setting(None, 'none: constant; cosine: per epoch, down towards 0; '
+                               'linear: per step, up over lr_warmup, down to 0', str,
+                               (None, 'cosine', 'linear'))
+    lr_warmup: float = setting(0.0, "fraction of all steps over which 'linear' rises to lr",
+                               valid='[0, 1)')
+    label_smoothing: float = setting(0.0, 'of the cross-entropy loss', valid='[0, 1)')
+    eval_from: int = setting(1, 'first epoch after which the test set is evaluated')
+    target_accuracy: float = setting(None, 'stop after the first evaluated epoch whose test '
+                                     "accuracy (rank 0's) is >= this", float, valid='(0, 1]')
+    time_startup: bool = setting(False, 'run the first step (and capture) before epoch 1, '
+                                 'timed as startup_s: one update more')
+    checkpoint: str = setting(None, 'file saved after each epoch (rank 0), resumed from', str)
+
+    def __post_init__(self):
+        if self.checkpoint is not None:
+            object.__setattr__(self, 'checkpoint', os.fspath(self.checkpoint))
+        check_fields(self)
+        for ok, message in [
+            (not self.nesterov or self.momentum > 0, 'nesterov=True needs momentum > 0: pass '
+             'momentum=0.9, for example'),
+            (not self.lr_warmup or self.lr_schedule == 'linear', f'lr_warmup={self.lr_warmup} '
+             "is used by lr_schedule='linear' only: pass that, or lr_warmup=0"),
+            (1 <= self.eval_from <= self.epochs, f'eval_from={self.eval_from}: use an epoch '
+             f'from 1 to epochs={self.epochs}, or nothing would be evaluated'),
+            (not self.cuda_graph or self.lr_schedule != 'linear' or self.fused_sgd,
+             "cuda_graph=True with lr_schedule='linear' needs fused_sgd=True (a graph holds "
+             "torch.optim's rate as a constant), or use lr_schedule='cosine'")]:
+            if not ok:
+                raise ValueError(message)
+
+
+#: Measured fastest from a cold start to 0.92 on one H100 (ResNet-18, data on the GPU,
+#: ``cudnn.benchmark`` off); each choice on its own in bench/results/*-time-to-accuracy.json.
+FAST = Recipe(batch_size=512, epochs=2, lr=0.1, amp='auto', channels_last=True,
+              cuda_graph=True, momentum=0.9, nesterov=True, weight_decay=5e-4, fused_sgd=True,
+              lr_schedule='linear', lr_warmup=0.2, label_smoothing=0.1, eval_from=2,
+              target_accuracy=0.92, time_startup=True)
+
+
+def learning_rates(recipe, steps_per_epoch):
+    """Each step's learning rate (``recipe.epochs * steps_per_epoch`` floats)."""
+    lr, total = recipe.lr, recipe.epochs * steps_per_epoch
+    if recipe.lr_schedule == 'linear':
+        warm = int(round(recipe.lr_warmup * total))
+        return [lr * (s + 1) / warm if s < warm else lr * (total - s) / (total - warm)
+                for s in range(total)]
+    if recipe.lr_schedule == 'cosine':
+        return [lr * 0.5 * (1 + math.cos(math.pi * (s // steps_per_epoch) / recipe.epochs))
+                for s in range(total)]
+    return [lr] * total
+
+
+class FusedSGD:
+    """SGD (momentum, Nesterov, weight decay) as PyTorch's fused kernel ``torch._fused_sgd_``
+    (``torch.optim.SGD(fused=True)``'s update; any ``torch.optim`` optimizer imports
+    TorchDynamo, about 3 s of a cold start), the rate read from the one-element tensor
+    ``lr``. ``load_state_dict`` raises KeyError or ValueError for another's state."""
+
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+        self.params, self.lr, self.buffers = [p for p in params if p.requires_grad], lr, None
+        self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+
+    def state_dict(self):
+        return {'fused_sgd_momentum_buffers': self.buffers}
+
+    def load_state_dict(self, state):
+        buffers = state['fused_sgd_momentum_buffers']
+        if buffers is not None and [b.shape for b in buffers] != [p.shape for p in self.params]:
+            raise ValueError('the momentum buffers do not fit the parameters')
+        self.buffers = buffers and [b.to(p.device, p.dtype) for b, p in zip(buffers, self.params)]
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        grads, first = [p.grad for p in self.params], self.momentum and self.buffers is None
+        if first:
+            self.buffers = [torch.empty_like(g) for g in grads]
+        with torch.no_grad():
+            torch._fused_sgd_(self.params, grads, self.buffers if self.momentum else [],
+                              weight_decay=self.weight_decay, momentum=self.momentum,
+                              lr=self.lr, dampening=0.0, nesterov=self.nesterov, maximize=False,
+                              is_first_step=bool(first), grad_scale=None, found_inf=None)
+
+
+_CAPTURE_STREAMS = {}
+
+
+def capture_stream(device):
+    """The stream of ``device`` that records CUDA graphs and runs the eager steps before
+    (a DDP model to be recorded is built there too), after the work queued so far."""
+    if device not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[device] = torch.cuda.Stream(device=device)
+    _CAPTURE_STREAMS[device].wait_stream(torch.cuda.current_stream(device))
+    return _CAPTURE_STREAMS[device]
+
+
+class TrainStep:
+    """One training step of a recipe (forward under autocast, loss, backward, SGD update),
+    eager or replayed from a CUDA graph of the whole step: what :func:`train_fast` runs for
+    every minibatch (bench/profile_step.py times it). ``net``: the model on ``device`` in
+    the recipe's memory format, or a DistributedDataParallel wrapping one. What runs:
+    ``amp`` None (fp32, always on the CPU), 'bf16' or 'fp16' (amp='auto' before compute
+    capability 8.0, e.g. a T4: with a GradScaler, neither fused nor recorded, and a
+    RuntimeWarning says so), ``fused_sgd``, ``cuda_graph`` (on ``graph_devices`` only)."""
+    graph_devices = ('cuda',)
+
+    def __init__(self, net, recipe, device):
+        self.device, self.rate = torch.device(device), recipe.lr
+        amp = recipe.amp if self.device.type == 'cuda' else 'off'
+        if amp == 'auto':
+            amp = 'bf16' if torch.cuda.get_device_capability(self.device)[0] >= 8 else 'fp16'
+        self.amp = None if amp == 'off' else amp
+        if self.amp == 'fp16' and (recipe.fused_sgd or recipe.cuda_graph):
+            warnings.warn(f'amp={recipe.amp!r} is fp16 with a GradScaler on {self.device}: that '
+                          'step is neither fused nor recorded as a CUDA graph here; training '
+                          'with torch.optim.SGD and eager steps', RuntimeWarning, stacklevel=3)
+        self.fused_sgd = recipe.fused_sgd and self.amp != 'fp16'
+        self.cuda_graph = recipe.cuda_graph and self.amp != 'fp16' and \
+            self.device.type in self.graph_devices
+        self.capture_after = recipe.capture_after or \
+            (11 if isinstance(net, DistributedDataParallel) else 3)
+        sgd = {'momentum': recipe.momentum, 'weight_decay': recipe.weight_decay,
+               'nesterov': recipe.nesterov}
+        self.rate_tensor = torch.tensor(float(self.rate), device=self.device) \
+            if self.fused_sgd else None
+        self.optimizer = FusedSGD(net.parameters(), self.rate_tensor, **sgd) \
+            if self.fused_sgd else torch.optim.SGD(net.parameters(), self.rate, **sgd)
+        self.scaler = torch.amp.GradScaler('cuda') if self.amp == 'fp16' else None
+        self.model = torch.compile(net) if recipe.compile else net
+        self.loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
+        self.graph = self.static = self.loss = None
+        self.captures = 0
+
+    def autocast(self, cache_enabled=True):
+        """The autocast context of this step's ``amp`` (a null context for fp32)."""
+        dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(self.amp)
+        return contextlib.nullcontext() if dtype is None else \
+            torch.autocast('cuda', dtype, cache_enabled=cache_enabled)
+
+    def set_lr(self, value):
+        """Train with rate ``value`` from the next step on (the fused update reads its tensor;
+        a graph holds torch.optim's rate as a constant: a new one means a new capture)."""
+        if value != self.rate:
+            self.rate = value
+            if self.rate_tensor is not None:
+                self.rate_tensor.fill_(value)
+            else:
+                for group in self.optimizer.param_groups:
+                    group['lr'] = value
+                self.graph = None
+
+    def __call__(self, X, y):
+        """Train on ``(X, y)`` (on the device); return the loss (0-d tensor), or None for a
+        batch that the recorded graph cannot replay (a smaller last batch: skipped)."""
+        if not self.cuda_graph:
+            return self._step(X, y)
+        if self.static is None:
+            self.static = (X.clone(), y.clone())
+        if X.shape != self.static[0].shape:
+            return None
+        self.static[0].copy_(X)
+        self.static[1].copy_(y)
+        if self.graph is None:
+            try:
+                self.graph, self.loss = self._capture(*self.static)
+            except RuntimeError as err:  # e.g. an operation that cannot be captured
+                warnings.warn(f'cuda_graph=True: capturing the training step failed ({err}); '
+                              'continuing without a CUDA graph', RuntimeWarning, stacklevel=2)
+                self.cuda_graph = False
+                synchronize(self.device)
+                return self._step(X, y)
+        self.graph.replay()
+        return self.loss
+
+    def _step(self, X, y, cache_enabled=True):
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast(cache_enabled):
+            loss = self.loss_fn(self.model(X), y)
+        if self.scaler is None:
+            loss.backward()
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        return loss
+
+    def _capture(self, X, y):
+        """Record the step on the static ``X``, ``y``; return (graph, its loss tensor). The
+        first capture comes after ``capture_after`` eager steps on the recording stream
+        (cuDNN picks algorithms, the optimizer makes its state, DDP its buckets), as
+        PyTorch's CUDA-graph notes ask: real updates on this batch."""
+        stream = capture_stream(self.device)
+        with torch.cuda.stream(stream):
+            for _ in range(0 if self.captures else self.capture_after):
+                self._step(X, y, cache_enabled=False)
+        self.captures, graph = self.captures + 1, torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            loss = self._step(X, y, cache_enabled=False)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        return graph, loss
+
+
+def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
+    """Train a classifier as ``recipe`` (default :data:`FAST`) says, printing one line per
+    epoch if ``verbose`` (beyond the book; its loop is :func:`d2lzh.torch.train`, whose
+    arguments these are; ``test_iter=None``: no evaluation). Epochs are timed from their
+    first batch to a synchronisation after the last; evaluations apart. With
+    DistributedDataParallel, pass the wrapped model (on ``device``, in the recipe's memory
+    format) and this process's shard: epochs start and end with a barrier, the wrapped
+    module is evaluated (ranks but 0 may pass ``test_iter=None``), rank 0's decision to stop
+    is broadcast, rank 0 saves. ``train_iter.set_epoch(epoch)`` (if any) precedes a pass.
+
+    Returns:
+        dict: as :func:`d2lzh.torch.train` (``test_acc`` None where not evaluated), plus
+        ``eval_times`` (s), ``amp`` ('bf16', 'fp16', 'off'), ``cuda_graph``, ``fused_sgd``
+        (what ran), ``startup_s`` (0.0 without ``time_startup``), ``start_epoch`` (where a
+        checkpoint resumed), ``reached`` (None, or {'epoch', 'test_acc', 'seconds'}: since
+        the call). ValueError: batches of another size than ``recipe.batch_size``, a
+        checkpoint of another optimizer, an empty ``test_iter``.
+    """
+    called, device = time.perf_counter(), torch.device(device)
+    size = getattr(train_iter, 'batch_size', recipe.batch_size)
+    if size != recipe.batch_size:
+        raise ValueError(f'train_iter has batches of {size}, recipe.batch_size is '
+                         f'{recipe.batch_size}: load the data with the batch size of the '
+                         f'recipe, or pass dataclasses.replace(recipe, batch_size={size})')
+    fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
+    ddp = isinstance(net, DistributedDataParallel)
+    module = net.module if ddp else net.to(device, memory_format=fmt)
+    step = TrainStep(net, recipe, device)
+    history = {'epoch_times': [], 'eval_times': [], 'test_acc': [], 'train_loss': [],
+               'examples': 0, 'amp': step.amp or 'off', 'fused_sgd': step.fused_sgd,
+               'start_epoch': 0, 'startup_s': 0.0, 'reached': None}
+    if recipe.checkpoint is not None and os.path.exists(recipe.checkpoint):
+        history = _load_checkpoint(recipe.checkpoint, device, module, step, history)
+        if verbose:
+            print(f'resuming from {os.path.basename(recipe.checkpoint)}: epoch '
+                  f'{history["start_epoch"]} of {recipe.epochs} done'
+                  + (' and the target accuracy reached' if history['reached'] else ''))
+    lrs, n = learning_rates(recipe, len(train_iter)), len(train_iter)
+    first = recipe.epochs if history['reached'] else history['start_epoch']
+
+    def begin(epoch):
+        if hasattr(train_iter, 'set_epoch'):
+            train_iter.set_epoch(epoch)
+        net.train()
+        _sync(device, ddp)
+        return time.perf_counter()
+
+    def train_on(X, y, t):  # t: the step's place in the run, its index into lrs
+        step.set_lr(lrs[min(t, len(lrs) - 1)])
+        return step(X.to(device, non_blocking=True, memory_format=fmt),
+                    y.to(device, non_blocking=True))
+
+    if recipe.time_startup and first < recipe.epochs:
+        start = begin(first)
+        train_on(*next(iter(train_iter)), first * n)
+        _sync(device, ddp)
+        history['startup_s'] = time.perf_counter() - start
+    for epoch in range(first, recipe.epochs):
+        start, total_loss, examples = begin(epoch), torch.zeros((), device=device), 0
+        for i, (X, y) in enumerate(train_iter):
+            loss = train_on(X, y, epoch * n + i)
+            if loss is not None:  # None: a smaller last batch that the graph cannot replay
+                total_loss += loss.detach() * y.shape[0]
+                examples += y.shape[0]
+        _sync(device, ddp)
+        history['epoch_times'].append(time.perf_counter() - start)
+        history['train_loss'].append(total_loss.item() / max(examples, 1))
+        history['examples'], acc = examples, None
+        if test_iter is not None and epoch + 1 >= recipe.eval_from:
+            start = time.perf_counter()
+            with step.autocast():
+                acc = evaluate_accuracy(test_iter, module if ddp else step.model, device)
+            history['eval_times'].append(time.perf_counter() - start)
+        if test_iter is not None:
+            history['test_acc'].append(acc)
+        target = recipe.target_accuracy
+        stop = torch.tensor(int(None not in (acc, target) and acc >= target), device=device)
+        if ddp and target is not None:
+            torch.distributed.broadcast(stop, 0)  # rank 0 decides: all stop after one epoch
+        if stop:
+            history['reached'] = {'epoch': epoch + 1, 'test_acc': acc,
+                                  'seconds': time.perf_counter() - called}
+        if verbose:
+            print(f'epoch {epoch + 1}: loss {history["train_loss"][-1]:.3f}, test acc '
+                  f'{"-" if acc is None else f"{acc:.3f}"}, {history["epoch_times"][-1]:.2f} s '
+                  f'({examples / history["epoch_times"][-1]:.0f} images/s)'
+                  + (f', reached {target}' if stop else ''))
+        if recipe.checkpoint is not None and (not ddp or torch.distributed.get_rank() == 0):
+            state = {'epoch': epoch, 'model': module.state_dict(), 'history': history,
+                     'optimizer': step.optimizer.state_dict()}
+            if step.scaler is not None:
+                state['scaler'] = step.scaler.state_dict()
+            torch.save(state, f'{recipe.checkpoint}.tmp')  # renamed: never half a file
+            os.replace(f'{recipe.checkpoint}.tmp', recipe.checkpoint)
+        if stop:
+            break
+    history['cuda_graph'] = step.cuda_graph
+    history['images_per_s'] = history['examples'] / min(history['epoch_times'] or [math.inf])
+    return history
+
+
+def _sync(device, ddp):
+    """Wait for the device; with DDP, for every process too."""
+    synchronize(device)
+    if ddp:
+        torch.distributed.barrier()
+
+
+def _load_checkpoint(path, device, module, step, history):
+    """Load what :func:`train_fast` saved into ``module`` and ``step``; return the saved
+    history (over ``history``'s keys) with ``start_epoch``. The file is only read."""
+    state = torch.load(path, map_location=device, weights_only=True)
+    module.load_state_dict(state['model'])
+    try:
+        step.optimizer.load_state_dict(state['optimizer'])
+    except (KeyError, ValueError, TypeError) as err:
+        raise ValueError(f'{os.path.basename(path)} holds the state of another optimizer '
+                         f'({type(err).__name__}: {err}): pass the recipe it was written with '
+                         '(fused_sgd, momentum), or move it away to start afresh') from err
+    if step.scaler is not None and 'scaler' in state:
+        step.scaler.load_state_dict(state['scaler'])
+    return {**history, **state['history'], 'start_epoch': state['epoch'] + 1}
+
