@@ -1,21 +1,14 @@
 """What both editions' distributed workers share (beyond the book; no framework here).
 
-* :func:`batch_indices`: the one sharding rule of data parallelism in this project. Step
-  t's global minibatch is the t-th run of ``batch_size * world_size`` examples of a
-  permutation every worker draws alike; worker ``rank`` takes its ``rank``-th slice. W
-  workers with minibatch B therefore see exactly the examples of one process with
-  minibatch W*B (the check both editions' tests make). Like ``DistributedSampler`` with
-  ``drop_last=True``, but cut per step rather than per epoch, which is what makes that
-  equality hold.
-* :func:`watch`: a worker's deadline and its launcher watch. A worker ends itself
-  (``os._exit``) when its deadline passes (exit code 124) or when its launcher is gone
-  (exit code 1): ps-lite never notices a dead peer, and torchrun's workers would run on
-  as orphans, holding their GPUs, if ``torchrun`` itself were killed.
-* :class:`Fault` and :func:`inject_faults`: the test seam that makes one worker fail on
-  purpose (tests, and the notebooks that show how a job ends). It wraps the worker's data
-  iterator from outside; the training loops know nothing of it.
-* the environment variables a launcher sets for its workers (:data:`LAUNCHER_PID_ENV`,
-  :data:`FAULT_ENV`).
+* :func:`batch_indices`: the one sharding rule. Like ``DistributedSampler`` with
+  ``drop_last=True``, but cut per step rather than per epoch, so that W workers with
+  minibatch B see exactly the examples of one process with minibatch W*B.
+* :func:`watch`: a worker's deadline and launcher watch: ps-lite never notices a dead
+  peer, and torchrun's workers would run on as orphans, holding their GPUs, if
+  ``torchrun`` itself were killed.
+* :func:`inject_faults`: the test seam that makes one worker fail on purpose (tests, and
+  the notebooks that show how a job ends). It wraps the worker's data iterator from
+  outside; the training loops know nothing of it.
 """
 import os
 import signal
@@ -32,19 +25,13 @@ FAULT_ENV = 'D2LZH_FAULT'
 
 
 def batch_indices(num_examples, batch_size, world_size, rank, epoch, seed):
-    """Which examples worker ``rank`` trains on at each step of ``epoch``.
+    """Which examples worker ``rank`` (0 .. world_size-1; None: all of them, the
+    one-process reference) trains on at each step of ``epoch``.
 
-    Args:
-        num_examples (int): size of the training set.
-        batch_size (int): examples per worker and step.
-        world_size (int): number of workers.
-        rank (int or None): 0 .. world_size-1, or None for the whole global minibatch
-            (the one-process reference).
-        epoch (int), seed (int): select the permutation (``RandomState(seed + epoch)``).
-
-    Returns:
-        list of numpy.ndarray: int64 index arrays, one per step; the last incomplete
-        global minibatch is dropped, so every worker takes the same number of steps.
+    Step t's global minibatch is the t-th run of ``batch_size * world_size`` examples of
+    the permutation ``RandomState(seed + epoch)``; worker ``rank`` takes its ``rank``-th
+    slice of ``batch_size``. Returns a list of int64 index arrays, one per step; the last
+    incomplete global minibatch is dropped, so every worker takes the same number of steps.
 
     Raises:
         ValueError: fewer examples than one global minibatch, or a bad rank.
@@ -85,15 +72,9 @@ def watch(timeout, who, on_deadline=None, interval=0.5):
     every ``interval`` seconds and calls ``os._exit`` after printing why to stderr: 124 at
     the deadline, 1 when orphaned.
 
-    Args:
-        timeout (float or None): seconds from now; None or <= 0: no deadline.
-        who (str): names this process in the message, e.g. ``'worker rank 1'``.
-        on_deadline (callable or None): called with the message just before exiting at
-            the deadline (e.g. to write a status file).
-        interval (float): seconds between two looks.
-
-    Returns:
-        threading.Thread: the started daemon thread.
+    ``timeout``: seconds from now (None or <= 0: no deadline); ``who`` names this process
+    in the message (``'worker rank 1'``); ``on_deadline(message)`` runs just before the exit
+    at the deadline (e.g. to write a status file). Returns the started daemon thread.
     """
     parent = os.getppid()
     launcher = int(os.environ.get(LAUNCHER_PID_ENV) or 0) or None
