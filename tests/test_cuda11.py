@@ -11,6 +11,7 @@ Two groups:
   downloads). These skip when the installed MXNet is not a GPU build, unless
   D2LZH_REQUIRE_GPU_BUILD=1 (set by `make test-gpu-build`) makes that a failure.
 """
+import importlib.machinery
 import os
 import shutil
 import subprocess
@@ -74,47 +75,35 @@ def test_every_library_comes_from_one_of_the_packages():
     assert all('==' in p for p in cuda11.PACKAGES), 'every package is pinned'
 
 
-# ----------------------------------------------------------------- reading libmxnet.so's needs
-
-def test_needed_libraries_matches_readelf(stub_driver, tmp_path):
-    src = tmp_path / 'user.c'
-    src.write_text('int cuInit(unsigned int);\nint use(void) { return cuInit(0); }\n')
-    lib = tmp_path / 'libuser.so'
-    _gcc('-o', lib, src, '-Wl,--no-as-needed', f'-L{stub_driver}', '-l:libcuda.so.1')
-    needed = cuda11.needed_libraries(lib)
-    assert 'libcuda.so.1' in needed and cuda11.is_gpu_build(lib)
-    assert not cuda11.is_gpu_build(stub_driver / 'libcuda.so.1')
-    readelf = shutil.which('readelf')
-    if readelf:
-        out = subprocess.run([readelf, '-d', lib], capture_output=True, text=True, check=True)
-        assert needed == [line.split('[')[1].split(']')[0] for line in out.stdout.splitlines()
-                          if '(NEEDED)' in line]
-
-
-def test_needed_libraries_refuses_a_non_elf_file(tmp_path):
-    path = tmp_path / 'libmxnet.so'
-    path.write_bytes(b'not a shared library')
-    with pytest.raises(ValueError, match='not a 64-bit little-endian ELF'):
-        cuda11.needed_libraries(path)
-    assert not cuda11.is_gpu_build(path)
+def test_gpu_build_is_told_by_the_distribution_name(monkeypatch):
+    for dist, build in [(('mxnet-cu112', '1.9.1'), 'mxnet-cu112 1.9.1'),
+                        (('mxnet', '1.9.1'), None), (None, None)]:
+        monkeypatch.setattr(cuda11, 'installed_mxnet', lambda: dist)
+        assert cuda11.gpu_build() == build
 
 
 # ----------------------------------------------------------------- a fake GPU build (cheap)
 
 @pytest.fixture
 def fake_gpu_build(stub_driver, tmp_path):
-    """(site folder with a fake ``mxnet`` package whose libmxnet.so needs libcuda.so.1 and
-    libcudart.so.11.0, a pip-like CUDA 11 folder with that libcudart, an empty one)."""
+    """(site folder with a fake ``mxnet-cu112`` whose libmxnet.so needs libcuda.so.1 and
+    libcudart.so.11.0, a pip-like CUDA 11 folder with every library of the set, an empty one)."""
     cudart_src = tmp_path / 'cudart.c'
     cudart_src.write_text('int cudaGetDeviceCount(int *n) { *n = 0; return 100; }\n'
                           'const char *cudaGetErrorName(int e) { return "cudaErrorNoDevice"; }\n'
                           'const char *cudaGetErrorString(int e) { return "no device"; }\n')
-    cuda11 = tmp_path / 'cuda11'
-    cudart = cuda11 / 'nvidia' / 'cuda_runtime' / 'lib' / 'libcudart.so.11.0'
-    cudart.parent.mkdir(parents=True)
-    _gcc('-o', cudart, '-Wl,-soname,libcudart.so.11.0', cudart_src)
+    pip_dir = tmp_path / 'cuda11'
+    for folder, name in cuda11.LIBRARIES:   # libcudart answers; the others are empty
+        lib = pip_dir / 'nvidia' / folder / 'lib' / name
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        _gcc('-o', lib, f'-Wl,-soname,{name}', *(
+            [cudart_src] if name == 'libcudart.so.11.0' else ['-x', 'c', os.devnull]))
+    cudart = pip_dir / 'nvidia' / 'cuda_runtime' / 'lib' / 'libcudart.so.11.0'
     site = tmp_path / 'site'
     (site / 'mxnet').mkdir(parents=True)
+    (site / 'mxnet_cu112-1.9.1.dist-info').mkdir()
+    (site / 'mxnet_cu112-1.9.1.dist-info' / 'METADATA').write_text(
+        'Metadata-Version: 2.1\nName: mxnet-cu112\nVersion: 1.9.1\n')
     mx_src = tmp_path / 'mxnet.c'
     mx_src.write_text('int cuInit(unsigned int);\nint cudaGetDeviceCount(int *);\n'
                       'int MXGetGPUCount(int *n) { cuInit(0); return cudaGetDeviceCount(n); }\n')
@@ -126,25 +115,25 @@ def fake_gpu_build(stub_driver, tmp_path):
         "__version__ = '0.0-fake-gpu-build'\n")
     empty = tmp_path / 'empty'
     empty.mkdir()
-    return site, cuda11, empty
+    return site, pip_dir, empty
 
 
 def test_fake_gpu_build_loads_cudart_from_the_pip_folder(fake_gpu_build, stub_driver):
-    site, cuda11, _ = fake_gpu_build
+    site, pip_dir, _ = fake_gpu_build
     code = '''
         import os, d2lzh, mxnet
         maps = open('/proc/self/maps').read()
         print([line.split()[-1] for line in maps.splitlines() if 'libcudart' in line][0])
         print(os.environ.get('MXNET_CUDNN_LIB_CHECKING'), os.environ.get('MXNET_CUDA_LIB_CHECKING'))
     '''
-    out = _run(code, driver=stub_driver, pythonpath=[site], cuda11_dir=cuda11)
+    out = _run(code, driver=stub_driver, pythonpath=[site], cuda11_dir=pip_dir)
     assert out.returncode == 0, out.stderr
     cudart, checking = out.stdout.strip().splitlines()
-    assert cudart == str(cuda11 / 'nvidia/cuda_runtime/lib/libcudart.so.11.0')
+    assert cudart == str(pip_dir / 'nvidia/cuda_runtime/lib/libcudart.so.11.0')
     # pip's cuDNN 8.9 / cudart 11.8 differ on purpose from the 8.x / 11.2 MXNet was built
     # with: MXNet's start-up mismatch warnings are off, unless the user set them.
     assert checking == '0 0'
-    out = _run(code, driver=stub_driver, pythonpath=[site], cuda11_dir=cuda11,
+    out = _run(code, driver=stub_driver, pythonpath=[site], cuda11_dir=pip_dir,
                extra_env={'MXNET_CUDNN_LIB_CHECKING': '1'})
     assert out.returncode == 0 and out.stdout.strip().splitlines()[1] == '1 0', out.stderr
     # MXNet installed after `import d2lzh` (as a notebook's setup cell does): same result.
@@ -164,11 +153,11 @@ def test_fake_gpu_build_loads_cudart_from_the_pip_folder(fake_gpu_build, stub_dr
         maps = open('/proc/self/maps').read()
         print([line.split()[-1] for line in maps.splitlines() if 'libcudart' in line][0])
     '''
-    out = _run(late, driver=stub_driver, cuda11_dir=cuda11)
+    out = _run(late, driver=stub_driver, cuda11_dir=pip_dir)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == cudart
     # Without d2lzh, the loader does not look in the pip folder: the preload is what works.
-    plain = _run('import mxnet', driver=stub_driver, pythonpath=[site], cuda11_dir=cuda11)
+    plain = _run('import mxnet', driver=stub_driver, pythonpath=[site], cuda11_dir=pip_dir)
     assert plain.returncode != 0 and 'libcudart.so.11.0' in plain.stderr
 
 
@@ -178,16 +167,16 @@ def test_fake_gpu_build_that_sees_no_gpu_says_why(fake_gpu_build, stub_driver):
     out = _run(code, driver=stub_driver, pythonpath=[site], cuda11_dir=cuda11_dir)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        'MXNet is a GPU build of MXNet but finds no GPU (cudaErrorNoDevice: no device). Falling '
-        'back to the CPU. On a cloud notebook, switch the runtime to a GPU; on a machine without '
-        'an NVIDIA GPU, the CPU build `mxnet` is the one to install.')
+        'mxnet-cu112 1.9.1 is a GPU build of MXNet but finds no GPU (cudaErrorNoDevice: no '
+        'device). Falling back to the CPU. On a cloud notebook, switch the runtime to a GPU; on '
+        'a machine without an NVIDIA GPU, the CPU build `mxnet` is the one to install.')
     out = _run('from d2lzh.setup import cuda11\nprint(cuda11.no_gpu_warning())')
     assert out.stdout.strip() == 'None'                 # nothing loaded: not a GPU build
 
 
 @pytest.mark.skipif(_system_has_driver(), reason='this machine has an NVIDIA driver')
 def test_fake_gpu_build_without_driver_says_why(fake_gpu_build):
-    site, cuda11, _ = fake_gpu_build
+    site, pip_dir, _ = fake_gpu_build
     code = '''
         try:
             import d2lzh        # may keep the error for later: d2lzh works without MXNet
@@ -196,7 +185,7 @@ def test_fake_gpu_build_without_driver_says_why(fake_gpu_build):
             print(type(err).__name__)
             print(err)
     '''
-    out = _run(code, driver=None, pythonpath=[site], cuda11_dir=cuda11)
+    out = _run(code, driver=None, pythonpath=[site], cuda11_dir=pip_dir)
     assert out.returncode == 0, out.stderr
     kind, message = out.stdout.split('\n', 1)
     assert kind == 'CudaSetupError'
@@ -204,7 +193,7 @@ def test_fake_gpu_build_without_driver_says_why(fake_gpu_build):
     assert 'switch the runtime to a GPU' in message and 'mxnet==1.9.1' in message
     # Through d2lzh's own API, too.
     out = _run('import d2lzh as d2l\nd2l.try_gpu()', driver=None, pythonpath=[site],
-               cuda11_dir=cuda11)
+               cuda11_dir=pip_dir)
     assert out.returncode != 0
     assert 'CudaSetupError' in out.stderr and 'NVIDIA driver' in out.stderr
     assert 'OSError' not in out.stderr
@@ -212,7 +201,7 @@ def test_fake_gpu_build_without_driver_says_why(fake_gpu_build):
 
 def test_fake_gpu_build_missing_library_names_it_and_the_fix_then_retry_works(
         fake_gpu_build, stub_driver):
-    site, cuda11, empty = fake_gpu_build
+    site, pip_dir, empty = fake_gpu_build
     code = f'''
         import shutil
         try:
@@ -222,7 +211,7 @@ def test_fake_gpu_build_missing_library_names_it_and_the_fix_then_retry_works(
         except ImportError as err:
             print(type(err).__name__, err)
         # The fix: install the library where d2lzh looks, then import again.
-        shutil.copytree({str(cuda11 / 'nvidia')!r}, {str(empty / 'nvidia')!r})
+        shutil.copytree({str(pip_dir / 'nvidia')!r}, {str(empty / 'nvidia')!r})
         import mxnet
         print('imported', mxnet.__version__)
     '''
@@ -232,13 +221,12 @@ def test_fake_gpu_build_missing_library_names_it_and_the_fix_then_retry_works(
     assert first.startswith('CudaSetupError')
     assert 'libcudart.so.11.0' in first and f'neither in {empty}' in first
     assert '-m d2lzh.setup.install cuda11' in first
-    assert 'libcublas' not in first, 'only what libmxnet.so needs is reported missing'
+    assert all(name in first for _, name in cuda11.LIBRARIES), 'every missing library is named'
     assert second == 'imported 0.0-fake-gpu-build'
 
 
 def test_cpu_build_loads_nothing():
-    lib = cuda11.mxnet_library()
-    if lib is None or cuda11.is_gpu_build(lib):
+    if cuda11.installed_mxnet() is None or cuda11.gpu_build():
         pytest.skip('needs the CPU build of MXNet')
     out = _run('import d2lzh, mxnet\nprint("libcuda" in open("/proc/self/maps").read())')
     assert out.returncode == 0, out.stderr
@@ -248,17 +236,21 @@ def test_cpu_build_loads_nothing():
 # ----------------------------------------------------------------- the real mxnet-cu112
 
 def _require_gpu_build():
-    lib = cuda11.mxnet_library()
-    if lib is not None and cuda11.is_gpu_build(lib):
-        return lib
+    """The path of the GPU build's libmxnet.so (skip or fail without one)."""
+    if cuda11.gpu_build():
+        spec = importlib.machinery.PathFinder.find_spec('mxnet')
+        return Path(spec.submodule_search_locations[0]) / 'libmxnet.so'
     if REQUIRE_GPU_BUILD:
-        pytest.fail(f'D2LZH_REQUIRE_GPU_BUILD=1 but the MXNet here ({lib}) is not a GPU build')
+        pytest.fail(f'D2LZH_REQUIRE_GPU_BUILD=1 but the MXNet here '
+                    f'({cuda11.installed_mxnet()}) is not a GPU build')
     pytest.skip('mxnet-cu112 is not installed (`make test-gpu-build`)')
 
 
 def test_mxnet_cu112_needs_only_what_the_packages_and_the_driver_provide():
     lib = _require_gpu_build()
-    needed = set(cuda11.needed_libraries(lib))
+    out = subprocess.run(['readelf', '-d', lib], capture_output=True, text=True, check=True)
+    needed = {line.split('[')[1].split(']')[0] for line in out.stdout.splitlines()
+              if '(NEEDED)' in line}
     cuda = {name for name in needed if name.startswith(('libcu', 'libnv', 'libnccl'))}
     provided = {name for _, name in cuda11.LIBRARIES} | {cuda11.DRIVER}
     assert cuda - provided == set()
@@ -346,5 +338,6 @@ def test_mxnet_cu112_without_driver_gives_the_cause_and_the_fix():
         out = _run(code, driver=None)
         assert out.returncode != 0
         last = out.stderr.strip().splitlines()[-1]
-        assert last.startswith('d2lzh.cuda11.CudaSetupError: mxnet-cu112 1.9.1 is a GPU build')
+        assert last.startswith(
+            'd2lzh.setup.cuda11.CudaSetupError: mxnet-cu112 1.9.1 is a GPU build')
         assert 'NVIDIA driver (libcuda.so.1)' in last and 'OSError' not in out.stderr

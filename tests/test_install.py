@@ -351,6 +351,7 @@ def test_other_build_is_uninstalled_and_the_wanted_one_installed_without_deps(
     monkeypatch.setenv('D2LZH_CUDA11_DIR', str(tmp_path / 'cuda11'))
     monkeypatch.setattr(install, 'installed_mxnet', lambda: ('mxnet', '1.9.1'))
     monkeypatch.setattr(install, '_version', lambda name: {'numpy': '2.1.3'}.get(name))
+    monkeypatch.delitem(sys.modules, 'mxnet', raising=False)   # as in a fresh kernel
 
     def fake_pip(args, what, why=None):
         if '--target' in args:

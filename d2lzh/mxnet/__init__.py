@@ -1,18 +1,6 @@
-"""The MXNet edition: ``import d2lzh.mxnet`` (or ``import d2lzh as d2l``) gives the book API.
-
-* :mod:`d2lzh.mxnet.book`: the helpers the book's chapters call (devices, ``Residual``,
-  ``resnet18``, ``lenet``, ``split_and_load``, ``allreduce``, ``evaluate_accuracy``,
-  Fashion-MNIST iterators ...); its names are attributes of this package, imported on
-  first use.
-* :mod:`d2lzh.mxnet.dist`: every process of a parameter-server (``dist_sync``) job
-  (``python -m d2lzh.mxnet.dist``); beyond the book.
-* :mod:`d2lzh.mxnet.launch`: MXNet's own launcher with a deadline, supervision and the
-  ``dmlc_tracker`` patches (``python -m d2lzh.mxnet.launch``); beyond the book.
-
-Importing this package does not import MXNet: a ps-lite scheduler or server runs its
-loop inside ``import mxnet``, so :mod:`~d2lzh.mxnet.dist` must set itself up first, and
-the launcher runs where MXNet does not import (Python 3.13).
-"""
+"""The MXNet edition: the book API of :mod:`~d2lzh.mxnet.book` (:data:`BOOK_NAMES`, imported on
+first use); beyond the book :mod:`~d2lzh.mxnet.dist` and :mod:`~d2lzh.mxnet.launch`. Importing it
+does not import MXNet: a ps-lite scheduler or server runs its loop inside ``import mxnet``."""
 import importlib
 
 #: The names of :mod:`d2lzh.mxnet.book` (its ``__all__``).

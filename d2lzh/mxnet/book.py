@@ -1,9 +1,5 @@
-"""The MXNet/Gluon helpers the book's chapters call (d2lzh 1.0 API, plus ``lenet``).
-
-Importing it imports MXNet (:func:`d2lzh.setup.import_mxnet`); ``import d2lzh as d2l`` and
-``import d2lzh.mxnet`` give its names lazily. Book sections: 3.5 (Fashion-MNIST), 3.2/3.6
-(``sgd``, ``evaluate_accuracy``), 4.6 (``try_gpu``), 5.11 (``Residual``), 8.4 (``lenet``,
-``split_and_load``, ``allreduce``, ``get_params``), 8.5 (``resnet18``, ``try_all_gpus``).
+"""The MXNet/Gluon helpers the book's chapters call (d2lzh 1.0 API, plus 8.4's ``lenet``), each
+docstring naming its section; importing this module imports MXNet.
 """
 import os
 import platform
@@ -24,13 +20,11 @@ from mxnet import autograd, gluon, nd  # noqa: E402, F401 (book names)
 from mxnet.gluon import nn  # noqa: E402
 
 __all__ = list(BOOK_NAMES)
+_gpu_cache = None  # what _working_gpus() found
 
-
-# ---------------------------------------------------------------- devices (4.6)
 
 def gpu_name(i):
-    """Marketing name of GPU ``i`` from ``nvidia-smi`` (e.g. 'NVIDIA H100 80GB HBM3'),
-    or ``'gpu(i)'`` when nvidia-smi does not know it (see :func:`d2lzh.setup.gpus.query_gpus`)."""
+    """Name of GPU ``i`` from ``nvidia-smi`` (e.g. 'NVIDIA H100 80GB HBM3'), else 'gpu(i)'."""
     try:
         return query_gpus()[i].name
     except (GPUQueryError, IndexError):
@@ -43,20 +37,13 @@ def _probe_gpu(i):
         a = nd.ones((4, 4), ctx=mx.gpu(i))
         total = nd.dot(a, a).sum().asscalar()  # launches a kernel and waits for it
     except mx.base.MXNetError as err:
-        lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-        return lines[0] if lines else type(err).__name__
-    if total != 64.0:
-        return f'a 4x4 matrix product gave {total}, expected 64.0'
-    return None
-
-
-_gpu_cache = None
+        return next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+    return None if total == 64.0 else f'a 4x4 matrix product gave {total}, expected 64.0'
 
 
 def _working_gpus():
-    """Indices of the GPUs on which this MXNet build can run a kernel, probed once per
-    process. A GPU that fails (e.g. an H100 with ``mxnet-cu112``, whose kernels stop at
-    sm_86) gives a RuntimeWarning naming it."""
+    """Indices of the GPUs where this MXNet build runs a kernel, probed once per process; a GPU
+    that fails (an H100 with ``mxnet-cu112``, whose kernels stop at sm_86) gives a warning."""
     global _gpu_cache
     if _gpu_cache is None:
         _gpu_cache = []
@@ -64,8 +51,7 @@ def _working_gpus():
         if count == 0 and (message := no_gpu_warning()):  # GPU build, no GPU
             warnings.warn(message, RuntimeWarning, stacklevel=3)
         for i in range(count):
-            reason = _probe_gpu(i)
-            if reason is None:
+            if (reason := _probe_gpu(i)) is None:
                 _gpu_cache.append(i)
             else:
                 warnings.warn(
@@ -84,28 +70,20 @@ def try_gpu(i=0):
 
 def try_all_gpus():
     """Return every working GPU as a list of contexts, or ``[mx.cpu()]`` (book 8.5)."""
-    gpus = [mx.gpu(i) for i in _working_gpus()]
-    return gpus or [mx.cpu()]
+    return [mx.gpu(i) for i in _working_gpus()] or [mx.cpu()]
 
 
 def try_devices(num):
-    """Return ``num`` devices (list of mxnet.Context) for data-parallel code (8.4/8.5):
-    GPUs when ``num`` of them work; with none, ``mx.cpu(0) .. mx.cpu(num-1)``, which MXNet
-    treats as separate devices (own engine queue and memory; the same cores); with fewer,
-    those GPUs and a RuntimeWarning (:func:`d2lzh.checks.choose_gpus`).
-
-    Raises:
-        ValueError: ``num`` is not a positive int.
-    """
-    _checks.check_positive_int('num', num)
+    """``num`` devices (list of Context) for data-parallel code (8.4/8.5): GPUs when ``num`` work,
+    fewer with a RuntimeWarning (:func:`d2lzh.checks.choose_gpus`), none: ``mx.cpu(0) ..
+    mx.cpu(num-1)`` (separate devices to MXNet, same cores). ValueError unless ``num`` >= 1."""
     gpus = _checks.choose_gpus(num, _working_gpus(), lambda i: f'gpu({i}) {gpu_name(i)}')
     return [mx.gpu(i) for i in gpus] if gpus else [mx.cpu(i) for i in range(num)]
 
 
 def describe_devices(devices, num):
-    """Say in one Chinese sentence (str) what code written for ``num`` devices really runs
-    on, given ``devices = try_devices(num)``: real GPUs, CPU contexts standing in for GPUs
-    (same cores, no speed-up), or fewer devices than asked for (beyond the book; 8.3-8.5)."""
+    """One Chinese sentence on what code for ``num`` devices runs on, given ``devices =
+    try_devices(num)``: GPUs, CPU contexts standing in (no speed-up), or fewer (beyond the book)."""
     names = ', '.join(str(d) for d in devices)
     if len(devices) < num:
         return (f'要 {num} 个设备，这台机器上只有 {len(devices)} 个可用（{names}）：'
@@ -119,13 +97,10 @@ def describe_devices(devices, num):
             f'它们共用同一组 CPU 核心和内存，代码路径与多 GPU 相同，但不会因此变快。')
 
 
-# ------------------------------------------------------------- models (5.11, 8.4, 8.5)
-
 class Residual(nn.HybridBlock):
-    """The residual block of ResNet (book 5.11): two 3x3 convolutions (``num_channels``
-    outputs, the first with ``strides``) with batch norm; the input skips around them,
-    through a 1x1 convolution when ``use_1x1conv`` (needed when the channels or the
-    resolution change). Input and output: float32 (batch, C, H, W)."""
+    """ResNet's residual block (book 5.11): two 3x3 convolutions with batch norm (``num_channels``,
+    the first with ``strides``), skipped around by the input, through a 1x1 convolution when
+    ``use_1x1conv`` (channels or resolution change). float32 (batch, C, H, W) in and out."""
 
     def __init__(self, num_channels, use_1x1conv=False, strides=1, **kwargs):
         super().__init__(**kwargs)
@@ -133,8 +108,7 @@ class Residual(nn.HybridBlock):
         self.conv2 = nn.Conv2D(num_channels, kernel_size=3, padding=1)
         self.conv3 = (nn.Conv2D(num_channels, kernel_size=1, strides=strides)
                       if use_1x1conv else None)
-        self.bn1 = nn.BatchNorm()
-        self.bn2 = nn.BatchNorm()
+        self.bn1, self.bn2 = nn.BatchNorm(), nn.BatchNorm()
 
     def hybrid_forward(self, F, X):
         Y = F.relu(self.bn1(self.conv1(X)))
@@ -170,17 +144,14 @@ def resnet18(num_classes):  #@save
 
 
 def lenet():
-    """LeNet as section 8.4 trains it, in Gluon layers: conv 3x3 (20) - ReLU - avg pool 2 -
-    conv 5x5 (50) - ReLU - avg pool 2 - dense 128 - ReLU - dense 10. Returns a
-    HybridSequential, not initialized: float32 (batch, 1, 28, 28) -> (batch, 10) logits."""
+    """LeNet as 8.4 trains it: conv 3x3 (20)-ReLU-avg pool 2-conv 5x5 (50)-ReLU-avg pool 2-dense
+    128-ReLU-dense 10; a HybridSequential, not initialized: (batch, 1, 28, 28) -> (batch, 10)."""
     net = nn.HybridSequential()
     net.add(nn.Conv2D(20, kernel_size=3, activation='relu'), nn.AvgPool2D(pool_size=2, strides=2),
             nn.Conv2D(50, kernel_size=5, activation='relu'), nn.AvgPool2D(pool_size=2, strides=2),
             nn.Dense(128, activation='relu'), nn.Dense(10))
     return net
 
-
-# -------------------------------------------------- data parallelism helpers (8.4)
 
 def split_and_load(data, ctx_list, batch_axis=0, even_split=True):  #@save
     """Split a batch into ``len(ctx_list)`` slices and copy slice i to
@@ -239,53 +210,33 @@ def get_params(params, ctx):  #@save
 
 
 def sgd(params, lr, batch_size):
-    """Minibatch SGD in place (book 3.2): each of ``params`` (NDArrays with ``.grad``, sums
-    over ``batch_size`` examples) moves by ``-lr * grad / batch_size``."""
+    """Minibatch SGD in place (book 3.2): each NDArray of ``params`` moves by ``-lr * grad /
+    batch_size`` (its ``.grad`` sums over ``batch_size`` examples)."""
     for param in params:
         param[:] = param - lr * param.grad / batch_size
 
 
-# ------------------------------------------------------------- evaluation (3.6)
-
 def evaluate_accuracy(data_iter, net, ctx=None):
-    """Classification accuracy (float in [0, 1]) of ``net`` on ``data_iter`` (book 3.6, 8.5).
-    Each batch is split over ``ctx`` (any batch size works); the counts stay on the devices
-    until the end: one synchronisation per call.
-
-    Args:
-        data_iter: iterable of ``(X, y)`` or ``mx.io.DataBatch``; X float32 (batch, ...),
-            y integer class labels (batch,).
-        net (callable): maps X to logits (batch, num_classes).
-        ctx (Context or list of Context): devices; default ``[mx.cpu()]``.
-
-    Raises:
-        ValueError: ``data_iter`` yields no example.
-    """
-    if ctx is None:
-        ctx = [mx.cpu()]
-    elif isinstance(ctx, mx.Context):
-        ctx = [ctx]
+    """Accuracy (float) of ``net`` (X -> logits) on ``data_iter`` of ``(X, y)`` or DataBatch (X
+    float32 (batch, ...), y int labels) (book 3.6, 8.5); each batch split over ``ctx`` (Context
+    or list; default CPU); one sync per call. ValueError when ``data_iter`` yields nothing."""
+    ctx = [mx.cpu()] if ctx is None else [ctx] if isinstance(ctx, mx.Context) else ctx
     correct, n = nd.zeros((1,), ctx=mx.cpu()), 0
     for batch in data_iter:
         X, y = (batch.data[0], batch.label[0]) if isinstance(batch, mx.io.DataBatch) else batch
-        devices = ctx[:min(len(ctx), X.shape[0])]
+        devices = ctx[:X.shape[0]]  # a last batch smaller than the device count
         for Xs, ys in zip(split_and_load(X, devices, even_split=False),
                           split_and_load(y, devices, even_split=False)):
-            hits = (net(Xs).argmax(axis=1) == ys.astype('float32')).sum()
-            correct += hits.copyto(mx.cpu())
+            correct += (net(Xs).argmax(axis=1) == ys.astype('float32')).sum().copyto(mx.cpu())
         n += X.shape[0]
     _checks.check_examples_seen(n)
     return correct.asscalar() / n
 
 
-# ---------------------------------------------------------------- data (3.5)
-
 class FashionMNISTIter(_data.MinibatchIter):
-    """Minibatches of Fashion-MNIST ``images`` (uint8 (N, 28, 28)) and ``labels`` (int (N,))
-    as NDArrays on the CPU (book 3.5): ``(X, y)``, X float32 (batch, 1, H, W) in [0, 1],
-    y int32 (batch,); the last batch may be smaller; ``len()`` counts the batches. With
-    ``shuffle``, each pass draws a permutation from numpy's global RNG; ``resize`` (int or
-    None) resizes each batch to resize x resize (bilinear)."""
+    """Minibatches of ``images`` (uint8 (N, 28, 28)), ``labels`` (int (N,)) as CPU NDArrays (3.5):
+    X float32 (batch, 1, H, W) in [0, 1], y int32; the last may be smaller. ``shuffle``: numpy's
+    global RNG, per pass; ``resize`` (int or None): bilinear to resize x resize."""
 
     def __init__(self, images, labels, batch_size, shuffle, resize=None):
         self.images = images.astype(np.float32)[:, None, :, :] / 255
@@ -304,24 +255,10 @@ class FashionMNISTIter(_data.MinibatchIter):
 
 
 def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=None):
-    """Fashion-MNIST as a pair of iterators (book 3.5; d2lzh 1.0 signature), the data found,
-    verified or downloaded by :func:`d2lzh.data.load_fashion_mnist`.
-
-    Args:
-        batch_size (int): positive.
-        resize (int or None): positive side length to resize the 28x28 images to.
-        root (str or None): folder to search first for the four ``.gz`` files.
-        max_examples (int, 'all' or None): keep the first N training and the first N test
-            examples; None reads ``$D2LZH_MAX_EXAMPLES``.
-
-    Returns:
-        (FashionMNISTIter, FashionMNISTIter): shuffled training and unshuffled test data.
-
-    Raises:
-        ValueError: invalid ``batch_size``, ``resize`` or ``max_examples``.
-        d2lzh.data.FashionMNISTNotFoundError: no data and no download.
-        d2lzh.data.CorruptDataError: a data file fails verification.
-    """
+    """Fashion-MNIST (book 3.5) as (shuffled training, test) :class:`FashionMNISTIter`, the data
+    of :func:`d2lzh.data.load_fashion_mnist` (``root``: folder searched first; ``max_examples``:
+    first N of each, None: ``$D2LZH_MAX_EXAMPLES``; its errors). ValueError unless
+    ``batch_size`` and ``resize`` (or None) are positive ints."""
     _checks.check_positive_int('batch_size', batch_size)
     _checks.check_positive_int('resize', resize, allow_none=True)
     train_x, train_y, test_x, test_y = _data.load_fashion_mnist(root, max_examples)
@@ -330,27 +267,19 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
 
 
 def choose_max_examples(cpu_default, gpu_available=None):
-    """How much of Fashion-MNIST a training cell uses (int, or None for all), said in print:
-    :func:`d2lzh.results.choose_max_examples`, with ``gpu_available`` defaulting to whether
-    MXNet can run a kernel on a GPU.
-
-    Raises:
-        ValueError: ``$D2LZH_MAX_EXAMPLES`` or ``cpu_default`` is invalid.
-    """
-    if gpu_available is None:
-        gpu_available = bool(_working_gpus())
-    return _results.choose_max_examples(cpu_default, gpu_available)
+    """:func:`d2lzh.results.choose_max_examples` (int or None for all, printed; ValueError for
+    a bad value), ``gpu_available`` defaulting to whether MXNet can run a kernel on a GPU."""
+    return _results.choose_max_examples(
+        cpu_default, bool(_working_gpus()) if gpu_available is None else gpu_available)
 
 
 def setup_report():
-    """Print the versions and the devices this notebook runs with, saying plainly when
-    there is no working GPU. Returns None (a setup cell ending with it shows nothing more)."""
+    """Print the versions and the devices this notebook runs with, saying plainly when there
+    is no working GPU. Returns None."""
     print(f'Python {platform.python_version()}, MXNet {mx.__version__}, numpy {np.__version__}, '
           f'CPU cores: {os.cpu_count()}')
-    gpus = [mx.gpu(i) for i in _working_gpus()]
-    if gpus:
-        names = ', '.join(f'{c} = {gpu_name(c.device_id)}' for c in gpus)
-        print(f'可用的 GPU（{len(gpus)} 块）：{names}')
+    if gpus := _working_gpus():
+        print(f'可用的 GPU（{len(gpus)} 块）：' + ', '.join(f'gpu({i}) = {gpu_name(i)}' for i in gpus))
     else:
         print('没有可用的 GPU：本笔记本在 CPU 上运行，需要多个设备的地方用 CPU 上下文 '
               'mx.cpu(0)、mx.cpu(1)… 代替。')

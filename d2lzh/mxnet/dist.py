@@ -1,28 +1,11 @@
-"""One program for every process of an MXNet parameter-server job (beyond the book).
+"""Every process of an MXNet parameter-server job (beyond the book; docs/multi-machine.md).
 
-MXNet's launcher starts it once per process; ``DMLC_ROLE`` says which one this is:
-``scheduler`` and ``server`` run ps-lite's loop inside ``import mxnet`` and exit when the
-job ends; a ``worker`` trains :func:`~d2lzh.mxnet.book.lenet` (8.4's network) on its shard
-of Fashion-MNIST (:func:`d2lzh.jobs.batch_indices`) with ``gluon.Trainer(...,
-kvstore='dist_sync')`` (or ``dist_async``), as 8.5 trains on several GPUs, and writes its
-parameters and step times to ``--out``. Start the job with :mod:`d2lzh.mxnet.launch`::
-
-    python -m d2lzh.mxnet.launch --host 127.0.0.1 --timeout 300 \\
-        -n 2 -s 1 --launcher local python -m d2lzh.mxnet.dist --out build/dist
-
-Without ``DMLC_ROLE`` it trains in this one process without a kvstore, on the combined
-minibatch of ``--workers`` workers: the result the job must reproduce.
-
-``--step-batch local`` shows a common mistake: each worker calls ``trainer.step(batch_size)``
-instead of ``trainer.step(batch_size * num_workers)``. The servers sum W workers'
-gradients, so that is W times the mean gradient, and plain SGD (this program's optimizer)
-trains exactly as one process with W times the learning rate (up to the rounding of the
-servers' sum; momentum keeps this exact, weight decay would not).
-
-Every process drops ``$PORT`` (ps-lite would bind every process to it) and runs
-:func:`d2lzh.jobs.watch`: it ends after ``--timeout`` seconds or when its launcher has gone
-(ps-lite never notices a dead peer). ``--fault KIND:RANK:STEP`` (``$D2LZH_FAULT``) makes a
-worker fail on purpose through :func:`d2lzh.jobs.inject_faults`, to show how a job ends.
+:mod:`d2lzh.mxnet.launch` starts it once per process, ``DMLC_ROLE`` saying which: a scheduler
+or server runs ps-lite's loop inside ``import mxnet``; a worker trains 8.4's LeNet on its shard
+with ``gluon.Trainer(..., kvstore='dist_sync')`` (:func:`train`) and writes its result to
+``--out``. Without ``DMLC_ROLE`` it trains alone: the reference the job must reproduce. Every
+process drops ``$PORT`` (ps-lite would bind every process to it) and runs
+:func:`d2lzh.jobs.watch`; ``--fault KIND:RANK:STEP`` makes a worker fail on purpose.
 """
 import argparse
 import contextlib
@@ -37,23 +20,23 @@ import numpy as np
 
 from .. import jobs
 from ..checks import check_positive_int
+from ..data import load_fashion_mnist
+from ..setup import import_mxnet
 
 ROLES = ('scheduler', 'server', 'worker')
 STEP_BATCHES = ('global', 'local')  # what trainer.step gets: batch_size * num_workers or batch_size
 PREFIX = 'd2lzh.mxnet.dist'
-# Set by d2lzh.mxnet.launch for each process it starts (with jobs.LAUNCHER_PID_ENV).
-STATUS_ENV = 'D2LZH_DIST_STATUS'    # JSON file this process writes its role, kv.rank, error to
+# Set by d2lzh.mxnet.launch for each process it starts (with jobs.LAUNCHER_PID_ENV):
+STATUS_ENV = 'D2LZH_DIST_STATUS'    # JSON file this process writes its kv.rank and error to
 TIMEOUT_ENV = 'D2LZH_DIST_TIMEOUT'  # default of --timeout, seconds
 _status = {}  # what write_status has written so far
 
 
 def write_status(**fields):
-    """Add ``fields`` to this process's status file (JSON at ``$D2LZH_DIST_STATUS``), from
-    which the launcher names a failed process by its kv.rank and shows its error. Does
-    nothing without that variable; never raises (a status file is a courtesy)."""
+    """Add ``fields`` to this process's status file (JSON at ``$D2LZH_DIST_STATUS``), from which
+    the launcher names a failed process (kv.rank, error). Never raises; without it, no-op."""
     _status.update(fields)
-    path = os.environ.get(STATUS_ENV)
-    if path:
+    if path := os.environ.get(STATUS_ENV):
         with contextlib.suppress(OSError):
             with open(f'{path}.{os.getpid()}.tmp', 'w') as f:
                 json.dump(_status, f)
@@ -64,42 +47,19 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
           max_examples=2048, seed=0, root=None, step_batch='global'):
     """Train LeNet with ``gluon.Trainer`` and plain SGD, alone or as one worker of a job.
 
-    With a distributed kvstore (``'dist_sync'``, ``'dist_async'``) this process trains on
-    its shard (from ``kv.rank`` and ``kv.num_workers``, which it also writes to its status
-    file) and calls ``trainer.step(batch_size * num_workers)``, so that the servers average
-    the gradients over the global minibatch; its minibatches pass through
-    :func:`d2lzh.jobs.inject_faults`. Without one (None or ``'local'``) it trains on the
-    whole global minibatch of ``num_workers`` workers in one process: the reference.
-
-    Args:
-        kvstore (str or None): kvstore type.
-        batch_size (int): examples per worker and step.
-        num_workers (int or None): workers the reference stands for; with a distributed
-            kvstore None or ``kv.num_workers``.
-        epochs (int): passes over the training subset.
-        max_steps (int or None): stop after this many steps in all (0: the initial
-            parameters).
-        lr (float): SGD learning rate.
-        max_examples (int or 'all'): first N Fashion-MNIST training images.
-        seed (int): seeds parameter initialisation and the data order.
-        root (str or None): folder searched first for Fashion-MNIST.
-        step_batch (str): ``'global'`` (correct) or ``'local'``: ``trainer.step(batch_size)``,
-            the mistake the module docstring explains (exercise 2 of notebook 07).
-
-    Returns:
-        dict: ``params`` (float32 numpy arrays in ``collect_params`` order), ``names``,
-        ``rank``, ``num_workers``, ``kvstore``, ``steps``, ``global_batch``, ``losses``
-        (mean training loss per step), ``compute_s`` and ``step_s`` (seconds per step:
-        forward + backward, and ``trainer.step`` incl. communication, each synchronised),
-        ``param_bytes`` (float32 bytes of all parameters), ``lr``, ``step_batch``.
-
-    Raises:
-        ValueError: invalid sizes or ``step_batch``, or ``num_workers`` disagrees with the
-            kvstore.
-        RuntimeError: the fault ``$D2LZH_FAULT`` asks for.
+    With a ``'dist_*'`` ``kvstore`` this process trains on its shard (``kv.rank`` of
+    ``kv.num_workers``; ``num_workers``: None or the same) via :func:`d2lzh.jobs.inject_faults`;
+    else on the global minibatch of ``num_workers`` (default 1): the reference. ``batch_size``
+    is per worker and step; ``max_steps`` None or >= 0; ``max_examples``, ``root``, ``seed``:
+    data subset, folder, initialisation and order. ``step_batch='local'`` calls
+    ``trainer.step(batch_size)``, not ``(batch_size * num_workers)``: a common mistake; as the
+    servers sum W gradients, plain SGD then trains as one process with W times ``lr``. Returns a
+    dict: ``params`` (float32 numpy arrays), ``names``, ``rank``, ``num_workers``, ``kvstore``,
+    ``steps``, ``global_batch``, ``losses`` (mean per step), ``compute_s``, ``step_s`` (seconds:
+    forward + backward; ``trainer.step`` with communication), ``param_bytes``, ``lr``,
+    ``step_batch``. Raises ValueError for an invalid argument, RuntimeError for the fault
+    ``$D2LZH_FAULT`` asks for.
     """
-    from ..data import load_fashion_mnist
-    from ..setup import import_mxnet
     from .book import lenet
     mx = import_mxnet()
     from mxnet import autograd, gluon, nd
@@ -149,75 +109,61 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
         compute_s.append(middle - start)
         step_s.append(time.perf_counter() - middle)
     values = [p.data().asnumpy() for p in params.values()]
-    return {'params': values, 'names': list(params.keys()), 'rank': rank,
-            'num_workers': workers, 'kvstore': kvstore, 'steps': len(losses),
-            'global_batch': global_batch, 'losses': losses, 'compute_s': compute_s,
-            'step_s': step_s, 'param_bytes': int(sum(v.size for v in values) * 4), 'lr': lr,
-            'step_batch': step_batch}
+    return dict(params=values, names=list(params.keys()), rank=rank, num_workers=workers,
+                kvstore=kvstore, steps=len(losses), global_batch=global_batch, losses=losses,
+                compute_s=compute_s, step_s=step_s, lr=lr, step_batch=step_batch,
+                param_bytes=int(sum(v.size for v in values) * 4))
 
 
 def save_result(result, folder):
-    """Write a :func:`train` result to ``folder``: ``<name>.npz`` (the parameters, ``p0``,
-    ``p1`` ...) and ``<name>.json`` (the rest), ``name`` being ``worker-<rank>`` or
-    ``single`` (the one-process reference). Returns the JSON path."""
+    """Write a :func:`train` result to ``folder`` as ``<name>.npz`` (the parameters) and
+    ``<name>.json`` (the rest), ``name``: ``worker-<rank>`` or ``single``. Returns the JSON path."""
     os.makedirs(folder, exist_ok=True)
-    name = 'single' if result['rank'] is None else f'worker-{result["rank"]}'
-    np.savez(os.path.join(folder, name + '.npz'),
-             **{f'p{i}': v for i, v in enumerate(result['params'])})
-    path = os.path.join(folder, name + '.json')
-    with open(path, 'w') as f:
+    path = os.path.join(folder, 'single' if result['rank'] is None else f'worker-{result["rank"]}')
+    np.savez(path + '.npz', *result['params'])
+    with open(path + '.json', 'w') as f:
         json.dump({k: v for k, v in result.items() if k != 'params'}, f)
-    return path
+    return path + '.json'
 
 
 def load_result(folder, name):
-    """Read back what :func:`save_result` wrote (``name``: ``'worker-0'``, ``'single'``
-    ...). Returns the same dict as :func:`train`."""
-    with open(os.path.join(folder, name + '.json')) as f:
-        result = json.load(f)
-    with np.load(os.path.join(folder, name + '.npz')) as z:
-        result['params'] = [z[f'p{i}'] for i in range(len(z.files))]
-    return result
+    """The :func:`train` result that :func:`save_result` wrote (``name``: ``'worker-0'`` ...)."""
+    path = os.path.join(folder, name)
+    with open(path + '.json') as f, np.load(path + '.npz') as z:
+        return dict(json.load(f), params=[z[f'arr_{i}'] for i in range(len(z.files))])
 
 
 def _parser():
     p = argparse.ArgumentParser(
         prog='python -m d2lzh.mxnet.dist',
-        description='Every process of an MXNet parameter-server job (scheduler, server, worker; '
-                    'from $DMLC_ROLE). Workers train LeNet on their shard of Fashion-MNIST. '
-                    'Start it with python -m d2lzh.mxnet.launch.')
+        description='Every process of an MXNet parameter-server job (role from $DMLC_ROLE); '
+                    'workers train LeNet. Start it with python -m d2lzh.mxnet.launch.')
     add = p.add_argument
     add('--kvstore', default='dist_sync', choices=['dist_sync', 'dist_async'])
     add('--batch-size', type=int, default=64, help='examples per worker and step')
     add('--epochs', type=int, default=1)
-    add('--max-steps', type=int, default=None, help='stop after this many steps')
+    add('--max-steps', type=int, help='stop after this many steps')
     add('--lr', type=float, default=0.1, help='SGD learning rate')
     add('--max-examples', default='2048', help="first N training images, or 'all'")
     add('--seed', type=int, default=0)
-    add('--step-batch', default='global', choices=STEP_BATCHES,
-        help='what trainer.step gets: global = --batch-size x workers (correct); local = '
-             '--batch-size, a mistake shown on purpose (as if lr were multiplied by the workers)')
-    add('--data-dir', default=None, help='folder searched first for Fashion-MNIST (on a '
-        'cluster a shared one: $D2LZH_DATA_DIR does not travel through the ssh launcher)')
+    add('--step-batch', default='global', choices=STEP_BATCHES, help='trainer.step gets --batch-'
+        'size x workers (global, correct) or --batch-size (local: a mistake, shown on purpose)')
+    add('--data-dir', help='folder searched first for Fashion-MNIST (on a cluster a shared one: '
+        '$D2LZH_DATA_DIR does not travel through ssh)')
     add('--workers', type=int, default=1,
         help='without DMLC_ROLE: train alone on the combined batch of this many workers')
-    add('--out', default=None, help='folder for worker-<rank>.npz/.json')
+    add('--out', help='folder for worker-<rank>.npz/.json')
     add('--timeout', type=float, default=float(os.environ.get(TIMEOUT_ENV) or 0),
         help=f'end this process after this many seconds (default ${TIMEOUT_ENV}; 0: never)')
-    add('--fault', default=None, metavar='KIND:RANK:STEP',
+    add('--fault', metavar='KIND:RANK:STEP',
         help=f'sets ${jobs.FAULT_ENV}: raise:1:3 makes worker rank 1 raise before its minibatch '
              '3 (from 0), kill:1:3 SIGKILLs it')
     return p
 
 
 def main(argv=None):
-    """Entry point of ``python -m d2lzh.mxnet.dist``; see the module docstring.
-
-    Returns:
-        int: 0 on success. A failing worker prints its traceback, records it in its status
-        file and leaves with ``os._exit(1)``: a normal exit would wait in ps-lite's
-        shutdown barrier for peers that never come.
-    """
+    """Returns 0. A failing worker prints its traceback, records it in its status file and
+    leaves with ``os._exit(1)``: a normal exit would wait in ps-lite's barrier for lost peers."""
     args = _parser().parse_args(argv)
     if args.fault is not None:
         try:
@@ -230,9 +176,7 @@ def main(argv=None):
         raise SystemExit(f'DMLC_ROLE={role!r} is not valid: it must be one of {", ".join(ROLES)}')
     os.environ.pop('PORT', None)  # ps-lite binds every non-scheduler process to $PORT when set
     jobs.watch(args.timeout, role or 'process', on_deadline=lambda why: write_status(error=why))
-    write_status(role=role, pid=os.getpid())
     if role in ('scheduler', 'server'):
-        from ..setup import import_mxnet
         import_mxnet()  # runs the scheduler/server loop, then exits the process
         return 0
     try:
@@ -247,9 +191,8 @@ def main(argv=None):
                        if args.step_batch == 'local' else '')
             who = f'worker rank {r["rank"]}' if role else 'single process'
             print(f'[{PREFIX}] {who} of {r["num_workers"]}: {r["steps"]} steps, global batch '
-                  f'{r["global_batch"]}'
-                  f'{mistake}, final loss {r["losses"][-1]:.4f}, median compute '
-                  f'{np.median(r["compute_s"]) * 1e3:.1f} ms + trainer.step '
+                  f'{r["global_batch"]}{mistake}, final loss {r["losses"][-1]:.4f}, median '
+                  f'compute {np.median(r["compute_s"]) * 1e3:.1f} ms + trainer.step '
                   f'{np.median(r["step_s"]) * 1e3:.1f} ms', flush=True)
     except BaseException as err:  # noqa: B902 (report everything, then leave at once)
         if role != 'worker':

@@ -1,29 +1,14 @@
-"""MXNet's own launcher with a deadline; the whole job ends when one process fails.
-
-Beyond the book. ``python -m d2lzh.mxnet.launch --host ADDRESS --timeout SECONDS [--grace
-SECONDS] ARGS`` runs ``python -m mxnet.tools.launch ARGS`` (which starts the ps-lite
-scheduler, servers and workers through ``dmlc_tracker``) in this process, and adds:
-
-* :func:`patch_dmlc_tracker`: Python 3.10-3.13 support, and ``--host`` as the address of
-  the job (not the eth0 address dmlc would pick);
-* a :class:`Supervisor` of every process ``dmlc_tracker`` starts, each in a process group
-  of its own. When one fails, the launcher names it (role, kv.rank, task or host, pid,
-  exit code or signal, the error the worker recorded; at the deadline: what still runs),
-  stops every group (SIGTERM, SIGKILL ``--grace`` s later) and exits with 1 (a process
-  failed), 124 (the deadline) or 128+N (signal N). ps-lite never notices a dead peer:
-  without this the job waits forever. Each process it starts gets ``$D2LZH_LAUNCHER_PID``
-  and a deadline, so that :func:`d2lzh.jobs.watch` ends it when the launcher is killed.
-
-Example (2 workers, 1 server, this machine; ``--launcher ssh -H hosts`` or ``mpi`` for
-other machines, whose processes the worker program's own ``--timeout`` ends)::
-
-    python -m d2lzh.mxnet.launch --host 127.0.0.1 --timeout 300 \\
-        -n 2 -s 1 --launcher local python -m d2lzh.mxnet.dist --out build/dist
-
-It does not import MXNet, so it runs on Python 3.13 too.
+"""MXNet's launcher with a deadline, ending the whole job when one process fails (beyond the
+book; docs/multi-machine.md): ``python -m d2lzh.mxnet.launch --host ADDRESS --timeout SECONDS
+[--grace SECONDS] ARGS`` runs ``mxnet.tools.launch ARGS`` (not importing MXNet) with
+:func:`patch_dmlc_tracker` and a :class:`Supervisor`. ps-lite never notices a dead peer; here
+the launcher names the failed process (role, kv.rank, task or host, pid, exit status, recorded
+error), stops every process group (SIGTERM, SIGKILL ``--grace`` s later) and exits with 1 (124
+at the deadline, 128+N on signal N). Its processes get ``$D2LZH_LAUNCHER_PID`` and a deadline.
 """
 import argparse
 import contextlib
+import functools
 import importlib
 import importlib.util
 import json
@@ -43,24 +28,13 @@ import time
 from ..jobs import LAUNCHER_PID_ENV
 from .dist import STATUS_ENV, TIMEOUT_ENV
 
-PREFIX = 'd2lzh.mxnet.launch'
-
 
 def _say(msg):
-    print(f'[{PREFIX}] {msg}', file=sys.stderr, flush=True)
-
-
-def _dmlc_modules():
-    """dmlc_tracker's modules that start threads and processes (the scheduler: tracker)."""
-    for name in ('tracker', 'local', 'ssh', 'mpi', 'slurm', 'sge'):
-        with contextlib.suppress(ImportError):  # e.g. an optional dependency is missing
-            yield importlib.import_module('dmlc_tracker.' + name)
+    print(f'[d2lzh.mxnet.launch] {msg}', file=sys.stderr, flush=True)
 
 
 class TrackerThread(threading.Thread):
-    """``threading.Thread`` with the two methods ``dmlc_tracker`` calls: ``isAlive()``
-    (removed in Python 3.9: MXNet's launcher died a second after it started, leaving its
-    scheduler orphaned) and ``setDaemon()`` (deprecated since 3.10, here without warning)."""
+    """A Thread with dmlc's ``isAlive()`` (gone in Python 3.9) and ``setDaemon()`` (deprecated)."""
 
     def isAlive(self):  # noqa: N802 (dmlc_tracker's spelling)
         return self.is_alive()
@@ -69,30 +43,22 @@ class TrackerThread(threading.Thread):
         self.daemon = daemonic
 
 
-def patch_dmlc_tracker(host=None):
-    """Make MXNet 1.9.1's ``dmlc_tracker`` work on Python 3.10-3.13, bound to ``host``.
-
-    Replaces names inside ``dmlc_tracker``'s modules only: ``Thread`` by
-    :class:`TrackerThread`; ``get_host_ip``, to return ``host`` (dmlc turns ``127.x`` into
-    eth0's address, and its local mode never passes an address on); the scheduler's port
-    search, which tried 9091, 9092 ... and released the port before the scheduler bound
-    it, so that two jobs started together both took 9091: it now starts at a random port
-    of the first half of the same range.
-
-    Args:
-        host (str or None): address the scheduler listens on and the others connect to
-            (``'127.0.0.1'`` for one machine); None keeps dmlc's own guess.
-
-    Returns:
-        module: the patched ``dmlc_tracker.tracker``; calling again replaces ``host``.
-
-    Raises:
-        ImportError: ``dmlc_tracker`` is missing (it comes with the ``mxnet`` wheel).
-    """
+def patch_dmlc_tracker(host=None, supervisor=None):
+    """Make MXNet 1.9.1's ``dmlc_tracker`` work on Python 3.10-3.13, bound to ``host`` (str:
+    where the scheduler listens; None: dmlc's guess, which turns ``127.x`` into eth0's address).
+    Patches its modules' ``Thread``, ``get_host_ip``, ``subprocess`` (by ``supervisor``) and the
+    scheduler's port search, which let two jobs started together both take 9091: it now starts
+    at a random port. Returns ``dmlc_tracker.tracker``; ImportError without it (mxnet's wheel)."""
     tracker = importlib.import_module('dmlc_tracker.tracker')
-    for module in _dmlc_modules():
+    for name in ('tracker', 'local', 'ssh', 'mpi', 'slurm', 'sge'):
+        try:
+            module = importlib.import_module('dmlc_tracker.' + name)
+        except ImportError:  # e.g. an optional dependency is missing
+            continue
         if getattr(module, 'Thread', None) is not None:
             module.Thread = TrackerThread
+        if supervisor is not None and hasattr(module, 'subprocess'):
+            module.subprocess = supervisor
     ps = tracker.PSTracker
     guess = tracker.__dict__.setdefault('_d2lzh_get_host_ip', tracker.get_host_ip)
     init = ps.__dict__.get('_d2lzh_init', ps.__init__)
@@ -107,9 +73,7 @@ def patch_dmlc_tracker(host=None):
 
 
 def _role_of(args, env):
-    """(role, where) of a command dmlc_tracker starts, or (None, None) for others (e.g. the
-    ssh launcher's rsync). Local processes have DMLC_ROLE in their environment; the ssh and
-    mpi launchers put it into the command line."""
+    """(role, where) from DMLC_ROLE in ``env`` or in ``args`` (ssh, mpi), else (None, None)."""
     if env.get('DMLC_ROLE'):
         return env['DMLC_ROLE'], None
     text = args if isinstance(args, str) else ' '.join(map(str, args))
@@ -121,45 +85,37 @@ def _role_of(args, env):
 
 
 def describe_exit(code):
-    """'exit code 1', 'killed by SIGKILL', 'exit code 137 (= 128 + SIGKILL)' ... for a
-    ``Popen.returncode``."""
+    """'exit code 1', 'killed by SIGKILL', 'exit code 137 (= 128 + SIGKILL)' ... (returncode)."""
     sig = {s.value: s.name for s in signal.Signals}.get(-code if code < 0 else code - 128)
     if sig is None or 0 <= code <= 128:
         return f'exit code {code}'
     return f'killed by {sig}' if code < 0 else f'exit code {code} (= 128 + {sig})'
 
 
-class _Child:
-    """One process of the job: its Popen, role, where it runs and its status file."""
+class _Child(subprocess.Popen):
+    """One process of the job, in a session of its own: its role, where, status file."""
 
-    def __init__(self, proc, role, where, env):
-        self.proc, self.role, self.where, self.started = proc, role, where, time.monotonic()
+    def __init__(self, args, role, where, env, **kwargs):
+        super().__init__(args, env=env, start_new_session=True, **kwargs)
+        self.role, self.where, self.started = role, where, time.monotonic()
         self.task, self.status_path = env.get('DMLC_TASK_ID'), env[STATUS_ENV]
 
     def status(self):
-        try:
-            with open(self.status_path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return {}
+        with contextlib.suppress(OSError, ValueError), open(self.status_path) as f:
+            return json.load(f)
+        return {}
 
     def name(self):
         rank = self.status().get('rank')
         parts = [f'kv.rank {rank}' if rank is not None else None,
                  f'task {self.task}' if self.task is not None else None, self.where,
-                 f'pid {self.proc.pid}']
+                 f'pid {self.pid}']
         return f'{self.role} ({", ".join(p for p in parts if p)})'
 
 
 class Supervisor:
-    """Starts the processes ``dmlc_tracker`` asks for and watches them.
-
-    Installed as the ``subprocess`` module of ``dmlc_tracker``'s modules (every other name
-    is the real :mod:`subprocess`'s): ``call`` and ``check_call`` start a process of the
-    job in a new session (own process group), record it and wait. After a failure that
-    ``dmlc_tracker`` thread waits until the launcher exits, so that ``dmlc_tracker``
-    neither restarts the process nor prints its environment.
-    """
+    """``dmlc_tracker``'s ``subprocess``: ``call``, ``check_call`` start a process of the job,
+    record it and wait, never returning after a failure (dmlc would restart it, print its env)."""
 
     def __init__(self, status_dir, child_timeout):
         self.children, self.stopping, self.changed = [], False, threading.Condition()
@@ -168,13 +124,7 @@ class Supervisor:
     def __getattr__(self, name):
         return getattr(subprocess, name)
 
-    def call(self, args, **kwargs):
-        return self._run(subprocess.call, args, kwargs)
-
-    def check_call(self, args, **kwargs):
-        return self._run(subprocess.check_call, args, kwargs)
-
-    def _run(self, plain, args, kwargs):
+    def _run(self, plain, args, **kwargs):
         env = dict(kwargs.pop('env', None) or os.environ)
         role, where = _role_of(args, env)
         if role is None:  # not a process of the job (rsync of the ssh launcher ...)
@@ -185,23 +135,21 @@ class Supervisor:
             env[STATUS_ENV] = os.path.join(self.status_dir, f'{len(self.children)}.json')
             env.setdefault(TIMEOUT_ENV, f'{self.child_timeout:g}')
             env[LAUNCHER_PID_ENV] = str(os.getpid())
-            child = _Child(subprocess.Popen(args, env=env, start_new_session=True, **kwargs),
-                           role, where, env)
+            child = _Child(args, role, where, env, **kwargs)
             self.children.append(child)
             self.changed.notify_all()
-        code = child.proc.wait()
+        code = child.wait()
         with self.changed:
             self.changed.notify_all()
         if code != 0:
             threading.Event().wait()  # never return into dmlc_tracker: the launcher ends the job
         return code
 
-    def first_failure(self):
-        """The first child (by start order) that has exited non-zero, or None."""
-        return next((c for c in self.children if c.proc.poll() not in (None, 0)), None)
+    call = functools.partialmethod(_run, subprocess.call)
+    check_call = functools.partialmethod(_run, subprocess.check_call)
 
     def running(self):
-        return [c for c in self.children if c.proc.poll() is None]
+        return [c for c in self.children if c.poll() is None]
 
     def stop_all(self, grace):
         """SIGTERM every child's process group, SIGKILL what is left after ``grace`` s."""
@@ -210,22 +158,20 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for child in children:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(child.proc.pid, sig)
+                    os.killpg(child.pid, sig)
             end = time.monotonic() + grace
             while sig == signal.SIGTERM and time.monotonic() < end and any(
-                    _group_alive(c.proc.pid) for c in children):
+                    _group_alive(c.pid) for c in children):
                 time.sleep(0.05)
         for child in children:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                child.proc.wait(timeout=grace)
+                child.wait(timeout=grace)
 
 
 def _group_alive(pgid):
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        return os.killpg(pgid, 0) is None
+    return False
 
 
 def _load_mxnet_launch():
@@ -245,19 +191,16 @@ def _parser():
         description="MXNet's launcher (python -m mxnet.tools.launch ARGS) with a deadline, "
                     'the address you give, and the whole job ended when one process fails. '
                     'Give these options first; all other arguments go to mxnet.tools.launch.')
-    p.add_argument('--host', help='address the scheduler listens on and every process '
-                                  'connects to (127.0.0.1 for one machine; required)')
-    p.add_argument('--timeout', type=float, help='end the whole job after this many seconds '
-                                                 '(required)')
-    p.add_argument('--grace', type=float, default=3.0,
-                   help='seconds between SIGTERM and SIGKILL when ending the job (default 3)')
-    p.add_argument('-h', '--help', action='store_true')
+    add = p.add_argument
+    add('--host', help='where the scheduler listens (127.0.0.1 for one machine; required)')
+    add('--timeout', type=float, help='end the whole job after this many seconds (required)')
+    add('--grace', type=float, default=3.0, help='seconds from SIGTERM to SIGKILL (default 3)')
+    add('-h', '--help', action='store_true')
     return p
 
 
 def _split(argv):
-    """(our options, the rest): ours come first; the rest belongs to mxnet.tools.launch and
-    the command it starts (which may have a --timeout of its own)."""
+    """(our options, which come first; mxnet.tools.launch's and its command's, maybe --timeout)."""
     i = 0
     while i < len(argv) and argv[i].split('=', 1)[0] in ('--host', '--timeout', '--grace',
                                                          '-h', '--help'):
@@ -266,12 +209,7 @@ def _split(argv):
 
 
 def main(argv=None):
-    """Entry point of ``python -m d2lzh.mxnet.launch``; see the module docstring.
-
-    Returns:
-        int: 0 when every process finished, 1 when one failed, 124 at the deadline, 128+N
-        on signal N, 2 on a usage error.
-    """
+    """Returns 0 (all finished), 1 (one failed), 124 (deadline), 128+N (signal N), 2 (usage)."""
     parser = _parser()
     ours, rest = _split(list(sys.argv[1:] if argv is None else argv))
     ours = parser.parse_args(ours)
@@ -301,12 +239,9 @@ def main(argv=None):
     if launcher == 'local':
         os.environ['DMLC_NODE_HOST'] = ours.host
     logging.basicConfig(format='%(asctime)s %(levelname)s %(message)s', level=logging.INFO)
-    patch_dmlc_tracker(ours.host)
     status_dir = tempfile.mkdtemp(prefix='d2lzh-dist-')
     supervisor = Supervisor(status_dir, child_timeout=ours.timeout + 2 * ours.grace + 5)
-    for module in _dmlc_modules():
-        if hasattr(module, 'subprocess'):
-            module.subprocess = supervisor
+    patch_dmlc_tracker(ours.host, supervisor)
     outcome, received = {}, []
 
     def run_launcher():
@@ -335,13 +270,12 @@ def main(argv=None):
 
 
 def _supervise(supervisor, thread, outcome, received, ours):
-    """Wait until a process fails, a signal comes, the deadline passes or all is done; say
-    which, stop what still runs, and return the exit status of :func:`main`."""
+    """Wait for a failure, a signal, the deadline or the end; say which; stop all; exit status."""
     start = time.monotonic()
     deadline = start + ours.timeout
     with supervisor.changed:
         while True:
-            failed = supervisor.first_failure()
+            failed = next((c for c in supervisor.children if c.poll() not in (None, 0)), None)
             done = not thread.is_alive() and not supervisor.running()
             if failed is not None or received or done or time.monotonic() >= deadline:
                 break
@@ -350,7 +284,7 @@ def _supervise(supervisor, thread, outcome, received, ours):
         error = failed.status().get('error')
         others = [c.name() for c in supervisor.running() if c is not failed]
         _say(f'{failed.name()} failed after {time.monotonic() - failed.started:.1f} s: '
-             f'{describe_exit(failed.proc.returncode)}{f"; its error: {error}" if error else ""}')
+             f'{describe_exit(failed.returncode)}{f"; its error: {error}" if error else ""}')
         _say(f'ending the job: stopping {len(others)} other process(es): '
              f'{"; ".join(others) or "none"}')
         code = 1
@@ -363,9 +297,8 @@ def _supervise(supervisor, thread, outcome, received, ours):
              'Stopping every process.')
         code = 124
     elif outcome.get('code'):
-        why = outcome.get('error') or describe_exit(outcome['code'])
-        _say(f'mxnet.tools.launch failed ({why})')
         code = outcome['code']
+        _say(f'mxnet.tools.launch failed ({outcome.get("error") or describe_exit(code)})')
     else:
         roles = [c.role for c in supervisor.children]
         summary = ', '.join(f'{roles.count(r)} {r}' for r in sorted(set(roles)))

@@ -1,15 +1,12 @@
 """What makes a runtime able to import a framework: the one import hook (beyond the book).
 
-``import d2lzh`` puts one finder first on :data:`sys.meta_path` (:func:`add_import_hook`). It
-finds nothing itself; at the first ``import mxnet`` (d2lzh's, or the book's ``from mxnet import
-nd``) it runs, in this order: (1) after :func:`enable`, for an import by notebook code or
-d2lzh, install the MXNet build that fits the machine (:mod:`d2lzh.setup.install`); (2) load a
-GPU build's CUDA 11 libraries (:mod:`d2lzh.setup.cuda11`); (3) restore the numpy names and
-``distutils`` MXNet 1.9.1 needs (:mod:`d2lzh.setup.numpy2`). At ``import torch`` only (1) runs.
-So after ``import d2lzh`` a plain ``import mxnet`` works on Python 3.10-3.13 and numpy
-1.23-2.x, and the PyTorch edition never pays for (2)-(3) (``distutils`` from setuptools alone
-is 0.1-0.3 s of a cold start). A failing step raises its ImportError, naming cause and fix,
-from that ``import``, and runs again at the next. The book never imports the installer.
+``import d2lzh`` puts one finder first on :data:`sys.meta_path`. At the first ``import mxnet``
+it runs, in order: (1) after :func:`enable`, for an import by notebook code or d2lzh, install
+the MXNet build that fits the machine (:mod:`~d2lzh.setup.install`); (2) load a GPU build's
+CUDA 11 libraries (:mod:`~d2lzh.setup.cuda11`); (3) restore the numpy names and ``distutils``
+MXNet 1.9.1 needs (:mod:`~d2lzh.setup.numpy2`). At ``import torch`` only (1) runs, so the
+PyTorch edition never pays for (2)-(3). A failing step raises its ImportError (cause and fix)
+from that ``import`` and runs again at the next. The book never imports the installer.
 """
 import importlib
 import os
@@ -99,8 +96,5 @@ def installed_mxnet():
     """The installed MXNet distribution as (name, version), e.g. ``('mxnet-cu112', '1.9.1')``,
     or None when there is none. Read from the package metadata without importing MXNet."""
     from importlib import metadata
-    for dist in metadata.distributions():
-        name = (dist.metadata['Name'] or '').lower()
-        if name == 'mxnet' or name.startswith('mxnet-'):
-            return name, dist.version
-    return None
+    return next(((d.metadata['Name'].lower(), d.version) for d in metadata.distributions()
+                 if (d.metadata['Name'] or '').lower().split('-')[0] == 'mxnet'), None)

@@ -23,22 +23,22 @@ def query_gpus(timeout=30):
     exe = shutil.which('nvidia-smi')
     if exe is None:
         return []
+
+    def ask(fields):
+        return subprocess.run([exe, f'--query-gpu={fields}', '--format=csv,noheader'],
+                              capture_output=True, text=True, timeout=timeout)
     try:
-        out = subprocess.run([exe, '--query-gpu=name,compute_cap', '--format=csv,noheader'],
-                             capture_output=True, text=True, timeout=timeout)
-        text = (out.stdout or '') + (out.stderr or '')
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        out = ask('name,compute_cap')
+        lines = [line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip()]
         if any('not a valid field' in line.lower() for line in lines):
             # drivers older than 510 do not know compute_cap: ask for the names alone
-            names = subprocess.run([exe, '--query-gpu=name', '--format=csv,noheader'],
-                                   capture_output=True, text=True, timeout=timeout)
-            return [GPU(n.strip(), None) for n in names.stdout.splitlines() if n.strip()]
+            return [GPU(n.strip(), None) for n in ask('name').stdout.splitlines() if n.strip()]
     except (OSError, subprocess.TimeoutExpired) as err:
         raise GPUQueryError(f'nvidia-smi did not answer: {err}') from None
     if out.returncode != 0:
         raise GPUQueryError(lines[0] if lines else f'nvidia-smi exited with {out.returncode}')
     gpus = []
-    for line in filter(str.strip, (out.stdout or '').splitlines()):
+    for line in filter(str.strip, out.stdout.splitlines()):
         name, _, cap = line.rpartition(',')
         m = re.fullmatch(r'\s*(\d+)\.(\d+)\s*', cap) if name else None
         gpus.append(GPU((name or line).strip(), (int(m[1]), int(m[2])) if m else None))

@@ -1,15 +1,12 @@
 """Install the framework build that fits this machine (beyond the book).
 
-A notebook opened alone on a cloud runtime (Colab, Kaggle, SageMaker Studio Lab) has neither
-d2lzh nor MXNet. Its setup cell pip-installs d2lzh and calls :func:`d2lzh.setup.enable`; its
-first ``import mxnet`` / ``import torch`` then runs :func:`ensure_mxnet` / :func:`ensure_torch`:
-the build that fits the machine is installed into the kernel's environment, saying what and
-why; no restart, numpy and torch never downgraded. MXNet 1.9.1 declares ``numpy<2``: it is
-installed with ``--no-deps`` (the other build uninstalled), ``requests`` if missing.
-
-``python -m d2lzh.setup.install [plan|mxnet|torch|cuda11]`` prints the MXNet build this machine
-gets and why (``plan``), or installs it, PyTorch, or only the CUDA 11 libraries; the Makefile
-installs MXNet so, from the checkout's root before d2lzh is installed.
+A notebook opened alone on a cloud runtime has neither d2lzh nor MXNet. Its setup cell
+pip-installs d2lzh and calls :func:`d2lzh.setup.enable`; its first ``import mxnet`` / ``import
+torch`` then runs :func:`ensure_mxnet` / :func:`ensure_torch`, which install the fitting build
+into the kernel's environment, saying what and why (no restart; numpy and torch never
+downgraded: MXNet, which declares ``numpy<2``, goes in with ``--no-deps``, then ``requests``).
+``python -m d2lzh.setup.install [plan|mxnet|torch|cuda11]`` prints the plan or installs (the
+Makefile's MXNet install, run from the checkout before d2lzh is installed).
 """
 import importlib
 import importlib.util
@@ -32,9 +29,8 @@ MIN_TORCH = (2, 4)
 CUDA11_CC = ((5, 0), (8, 9))   # mxnet-cu112 has code for sm_50, 60, 70, 80, 86, no PTX
 
 Plan = namedtuple('Plan', 'package cuda11 reason warning')
-Plan.__doc__ = """What :func:`choose_mxnet` decided: ``package`` (``'mxnet==1.9.1'`` or
-``'mxnet-cu112==1.9.1'``), ``cuda11`` (bool: NVIDIA's CUDA 11 packages too), ``reason`` (one
-sentence) and ``warning`` (for a GPU that MXNet cannot use, else None)."""
+Plan.__doc__ = """What :func:`choose_mxnet` decided: ``package`` (e.g. ``'mxnet-cu112==1.9.1'``),
+``cuda11`` (bool: NVIDIA's CUDA 11 packages too), ``reason`` (a sentence), ``warning`` (or None)."""
 
 
 class SetupError(ImportError):
@@ -100,9 +96,9 @@ def choose_mxnet(gpus=None, notebook=None):
 
 
 def run_pip(args, what, why=None):
-    """``python -m pip <args> --quiet`` (``args``: list of str) for ``what`` (str) in this
-    interpreter's environment; with ``why`` (str), prints ``installing <what><why> ...`` and the
-    seconds it took. Raises :class:`SetupError` with pip's reason in one line and the fix."""
+    """``python -m pip <args> --quiet`` (list of str) for ``what`` (str) in this interpreter;
+    with ``why`` (str), prints ``installing <what><why> ...`` and the seconds it took. Raises
+    :class:`SetupError` with pip's reason in one line and the fix."""
     if why is not None:
         print(f'd2lzh: installing {what}{why} ...', flush=True)
     start = time.perf_counter()
@@ -153,16 +149,14 @@ def _version(name):
 
 
 def ensure_mxnet(notebook=None, verbose=False):
-    """Make sure the MXNet build that fits this machine is installed; return the :class:`Plan`.
-    Prints the plan's warning and what it installs and why; nothing when the right build is
-    there (``verbose=True``: one line). ``notebook``: as for :func:`choose_mxnet` (default: the
-    running notebook, where Jupyter tells it). Raises :class:`SetupError` when pip fails or
-    another MXNet build is imported in this kernel already (restart it, run again)."""
-    main = sys.modules.get('__main__')
-    for name in (notebook, getattr(main, '__session__', None), os.environ.get('JPY_SESSION_NAME')):
-        if name and str(name).endswith('.ipynb'):   # JupyterLab and VS Code tell it
-            notebook = Path(str(name)).name
-            break
+    """Install the MXNet build that fits this machine unless it is there; return the
+    :class:`Plan`. Prints the plan's warning and what it installs and why (``verbose``: also
+    that nothing was to do). ``notebook``: as for :func:`choose_mxnet` (default: the running
+    notebook, where Jupyter tells it). Raises :class:`SetupError` when pip fails or another
+    MXNet build is imported in this kernel already (restart it, run again)."""
+    names = (notebook, getattr(sys.modules.get('__main__'), '__session__', None),
+             os.environ.get('JPY_SESSION_NAME'))   # JupyterLab and VS Code tell it
+    notebook = next((Path(str(n)).name for n in names if n and str(n).endswith('.ipynb')), notebook)
     plan = choose_mxnet(None, notebook)
     wanted, have = plan.package.split('==')[0], installed_mxnet()
     if plan.warning:
