@@ -111,30 +111,40 @@ def _gpus_in_use():
     return None
 
 
-def record(key, value, unit='', note=None):
+def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
+           headline=False):
     """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged.
 
     Args:
-        key (str): short name, e.g. ``'epoch_time_2dev'``. The summary recognises
-            accuracies by ``acc`` in the key and two-device comparisons by ``2dev``,
-            ``2v1``, ``two_device``, ``2workers``, ``ddp`` or ``dp_``.
+        key (str): short identifier, e.g. ``'hybridize_speedup'``.
         value (float, int or str): the figure as measured.
-        unit (str): e.g. ``'s'``, ``'images/s'``, ``'x'``.
-        note (str or None): shown beside the figure in the summary.
+        unit (str): e.g. ``'s'``, ``'images/s'``; ``'x'`` marks a speed-up (a ratio), which
+            the summary's chart shows.
+        note (str or None): free text shown beside the figure.
+        what (str or None): the figure in words, in the notebook's language, e.g.
+            ``'混合式编程后 MLP 快了'``: the summary's line and the chart's label.
+        tags (sequence of str): what the figure was measured on that a reader must know,
+            said by the notebook, e.g. ``['2 个设备 = 同一组 CPU 核心']``.
+        spread ((low, high) or None): the range over repeats, in ``unit``.
+        headline (bool): the notebook's headline figure (its summary line).
 
     Raises:
-        ValueError: ``key`` is empty or not a str, or ``note`` is not a str.
+        ValueError: ``key`` is empty or not a str, ``note``/``what`` is not a str, or
+            ``spread`` is not a pair.
     """
     if not isinstance(key, str) or not key:
         raise ValueError(f'record: key must be a non-empty str, got {key!r}')
-    if note is not None and not isinstance(note, str):
-        raise ValueError(f'record: note must be a str or None, got {note!r}')
+    for name, text in (('note', note), ('what', what)):
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f'record: {name} must be a str or None, got {text!r}')
+    if spread is not None and len(spread) != 2:
+        raise ValueError(f'record: spread must be (low, high), got {spread!r}')
     path = os.environ.get('D2LZH_RESULTS')
     if path:
         item = {'key': key, 'value': value, 'unit': unit, 'subset': CONTEXT.get('subset'),
-                'gpus': _gpus_in_use()}
-        if note:
-            item['note'] = note
+                'gpus': _gpus_in_use(), 'note': note, 'what': what, 'tags': list(tags),
+                'spread': None if spread is None else [float(x) for x in spread],
+                'headline': bool(headline)}
         with open(path, 'a', encoding='utf-8') as f:
             f.write(json.dumps(item, ensure_ascii=False) + '\n')
     return value
@@ -142,7 +152,8 @@ def record(key, value, unit='', note=None):
 
 def read_figures(path):
     """The figures :func:`record` wrote to ``path``: ``{key: {'value', 'unit', 'subset',
-    'gpus', 'note'}}`` in the order first recorded (a later line wins); ``{}`` without a file.
+    'gpus', 'note', 'what', 'tags', 'spread', 'headline'}}`` in the order first recorded (a
+    later line wins); ``{}`` without a file.
 
     Raises:
         ValueError: a line is not valid JSON (the message names the file and line).
@@ -158,8 +169,10 @@ def read_figures(path):
                 item = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f'{path}, line {number}: not a recorded figure ({err})') from err
-            out[item['key']] = {k: item.get(k) for k in ('value', 'subset', 'gpus', 'note')}
-            out[item['key']]['unit'] = item.get('unit', '')
+            out[item['key']] = {k: item.get(k) for k in (
+                'value', 'subset', 'gpus', 'note', 'what', 'spread')}
+            out[item['key']].update(unit=item.get('unit', ''), tags=item.get('tags') or [],
+                                    headline=bool(item.get('headline')))
     return out
 
 

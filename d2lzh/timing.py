@@ -1,5 +1,6 @@
 """Timers shared by both editions (book section 8.2 defines ``Benchmark``)."""
 import time
+from collections import namedtuple
 
 
 class Benchmark:  #@save
@@ -63,3 +64,44 @@ class Timer:
     def avg(self):
         """Mean interval, seconds (0.0 when there is none)."""
         return self.sum() / len(self.times) if self.times else 0.0
+
+
+class Speedup(namedtuple('Speedup', 'median low high repeats')):
+    """A speed-up measured over paired repeats (beyond the book): the median of the ratios
+    ``baseline / faster`` and their range, ``low`` .. ``high``. ``str()`` gives one sentence
+    (Chinese) that never states a direction its spread does not support."""
+
+    @property
+    def measurable(self):
+        """Whether every repeat points the same way (the range does not contain 1.0)."""
+        return self.low > 1 or self.high < 1
+
+    def __str__(self):
+        spread = f'{self.repeats} 次重复的中位数，范围 {self.low:.2f}–{self.high:.2f}'
+        if not self.measurable:
+            return f'在这台机器上测不出差别（比值 {self.median:.2f}，{spread}，包含 1）'
+        if self.low > 1:
+            return f'快了 {self.median:.2f} 倍（{spread}）'
+        return f'反而慢了：只有原来的 {self.median:.2f} 倍速度（{spread}）'
+
+
+def speedup(baseline, faster):
+    """The speed-up of ``faster`` over ``baseline``, from paired repeats.
+
+    Args:
+        baseline, faster (list of float): seconds of the same work, repeat i of each
+            measured one after the other (so that both see the same state of the machine).
+
+    Returns:
+        Speedup: median, low and high of the ratios ``baseline[i] / faster[i]``.
+
+    Raises:
+        ValueError: the lists are empty, differ in length, or hold a time <= 0.
+    """
+    if not baseline or len(baseline) != len(faster) or min(*baseline, *faster) <= 0:
+        raise ValueError(f'speedup: give two equally long lists of positive times, got '
+                         f'{len(baseline)} and {len(faster)} values')
+    ratios = sorted(b / f for b, f in zip(baseline, faster))
+    n = len(ratios)
+    median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+    return Speedup(median, ratios[0], ratios[-1], n)
