@@ -19,7 +19,7 @@ import importlib
 from .mxnet import BOOK_NAMES as _MXNET_NAMES  # the names only: MXNet is not imported
 from .results import record
 from .setup import add_import_hook
-from .timing import Benchmark, Timer
+from .timing import Benchmark, Timer, speedup
 
 __version__ = '1.1.0'
 
@@ -28,13 +28,13 @@ add_import_hook()  # acts at the first `import mxnet`: the PyTorch edition never
 _LAZY = {
     # name -> module that defines it
     **{name: 'd2lzh.mxnet' for name in _MXNET_NAMES},
-    **{name: 'd2lzh.plot' for name in ('set_figsize', 'bar_chart')},
+    **{name: 'd2lzh.plot' for name in ('set_figsize', 'bar_chart', 'timeline')},
     **{name: 'd2lzh.data' for name in (
         'load_fashion_mnist', 'get_fashion_mnist_labels', 'FashionMNISTNotFoundError',
         'CorruptDataError')},
 }
 
-__all__ = ['Benchmark', 'Timer', 'record', *_LAZY]
+__all__ = ['Benchmark', 'Timer', 'speedup', 'record', *_LAZY]
 
 
 def __getattr__(name):

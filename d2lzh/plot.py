@@ -37,3 +37,68 @@ def bar_chart(labels, values, ylabel, title=None, fmt='{:.3g}', ax=None):
         ax.annotate(fmt.format(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha='center', va='bottom')
     return ax
+
+
+def timeline(trace, ax=None, title=None, rows=None, legend=6):
+    """Draw a profiler's Chrome trace as a timeline and return the Axes (beyond the book).
+
+    One row per process/thread of the trace (an MXNet device and engine thread, a PyTorch
+    thread or CUDA stream), its operators as bars on a time axis in milliseconds from the
+    first event, so that what runs at the same time is seen side by side. Reads complete
+    events (``ph`` 'X', with ``dur``) and begin/end pairs ('B'/'E'), which is what
+    ``mx.profiler.dump()`` and ``torch.profiler``'s ``export_chrome_trace`` write; the
+    same file opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
+
+    Args:
+        trace (dict, str or os.PathLike): the parsed JSON, or the file's path.
+        ax (matplotlib Axes or None): draw into this Axes (new figure if None).
+        title (str or None): chart title.
+        rows (callable or None): ``rows(label) -> bool`` keeps only the rows it accepts.
+        legend (int): the most frequent operator names get a colour and a legend entry.
+
+    Raises:
+        ValueError: the trace holds no timed event.
+    """
+    import json
+    from collections import Counter, defaultdict
+
+    import matplotlib.pyplot as plt
+    if not isinstance(trace, dict):
+        with open(trace, encoding='utf-8') as f:
+            trace = json.load(f)
+    events = trace['traceEvents'] if isinstance(trace, dict) else trace
+    names, bars, open_ = {}, defaultdict(list), {}
+    for e in events:
+        key = (e.get('pid'), e.get('tid'))
+        if e.get('ph') == 'M' and e.get('name') in ('process_name', 'thread_name'):
+            names[(e['pid'], None if e['name'] == 'process_name' else e.get('tid'))] = \
+                str(e.get('args', {}).get('name', ''))
+        elif e.get('ph') == 'X' and 'dur' in e:
+            bars[key].append((e['ts'], e['dur'], e.get('name', '')))
+        elif e.get('ph') == 'B':
+            open_[key + (e.get('name'),)] = e['ts']
+        elif e.get('ph') == 'E' and key + (e.get('name'),) in open_:
+            start = open_.pop(key + (e.get('name'),))
+            bars[key].append((start, e['ts'] - start, e.get('name', '')))
+    label = {k: ' '.join(filter(None, (names.get((k[0], None)), names.get(k)))) or f'{k[0]}/{k[1]}'
+             for k in bars}
+    keys = sorted((k for k in bars if rows is None or rows(label[k])), key=lambda k: label[k])
+    if not keys:
+        raise ValueError('timeline: the trace holds no timed event (ph X, or B/E pairs)')
+    t0 = min(ts for k in keys for ts, _, _ in bars[k])
+    common = [n for n, _ in Counter(n for k in keys for _, _, n in bars[k]).most_common(legend)]
+    colours = {n: f'C{i}' for i, n in enumerate(common)}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(keys)))
+    for row, k in enumerate(keys):
+        ax.broken_barh([((ts - t0) / 1e3, max(dur, 1) / 1e3) for ts, dur, _ in bars[k]],
+                       (row - 0.4, 0.8), facecolors=[colours.get(n, 'lightgray')
+                                                     for _, _, n in bars[k]])
+    ax.set_yticks(range(len(keys)))
+    ax.set_yticklabels([label[k] for k in keys])
+    ax.set_xlabel('ms')
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
+              labels=[n.lstrip('_') for n in colours], fontsize='small', loc='upper right')
+    if title:
+        ax.set_title(title)
+    return ax
