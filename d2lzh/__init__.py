@@ -17,7 +17,7 @@ distributed workers share) and :mod:`d2lzh.project` (the notebook registry).
 import importlib
 
 from .mxnet import BOOK_NAMES as _MXNET_NAMES  # the names only: MXNet is not imported
-from .results import record
+from .results import output_dir, record
 from .setup import add_import_hook
 from .timing import Benchmark, Timer, speedup
 
@@ -34,7 +34,7 @@ _LAZY = {
         'CorruptDataError')},
 }
 
-__all__ = ['Benchmark', 'Timer', 'speedup', 'record', *_LAZY]
+__all__ = ['Benchmark', 'Timer', 'speedup', 'record', 'output_dir', *_LAZY]
 
 
 def __getattr__(name):

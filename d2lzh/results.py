@@ -176,6 +176,16 @@ def read_figures(path):
     return out
 
 
+def output_dir():
+    """The folder a notebook writes its files into (profiler traces ...): ``$D2LZH_OUTPUT_DIR``
+    (``make run`` points it into its build folder), else ``d2lzh-output`` in the working
+    directory. Created if needed; returns a :class:`pathlib.Path`."""
+    from pathlib import Path
+    folder = Path(os.environ.get('D2LZH_OUTPUT_DIR') or 'd2lzh-output')
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def load_reference(path, timeout=30):
     """A JSON file of the repository that a notebook quotes, e.g. a stored benchmark run
     (``'bench/results/....json'``, with ``/``); beyond the book.

@@ -22,9 +22,9 @@ import torch  # noqa: F401  (part of this module's API: d2l.torch)
 import torch.nn.functional as F  # noqa: F401
 from torch import nn  # noqa: F401
 
-from ..plot import bar_chart, set_figsize  # noqa: F401
-from ..results import load_reference, record  # noqa: F401
-from ..timing import Benchmark, Timer  # noqa: F401
+from ..plot import bar_chart, set_figsize, timeline  # noqa: F401
+from ..results import load_reference, output_dir, record  # noqa: F401
+from ..timing import Benchmark, Timer, speedup  # noqa: F401
 from .book import *  # noqa: F401,F403
 from .book import __all__ as _book
 from .data import (FashionMNISTIter, ShardIter, choose_max_examples,  # noqa: F401
@@ -34,8 +34,8 @@ from .train import train, train_data_parallel  # noqa: F401
 
 _LAZY = {'ddp_worker': 'd2lzh.torch.ddp', 'Job': 'd2lzh.torch.ddp',
          'run_ddp': 'd2lzh.torch.launch', 'measure_allreduce': 'd2lzh.torch.launch'}
-__all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'record', 'load_reference', 'bar_chart',
-           'set_figsize', *_book, 'FashionMNISTIter', 'ShardIter', 'load_data_fashion_mnist',
+__all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'record', 'output_dir', 'load_reference',
+           'bar_chart', 'set_figsize', 'timeline', *_book, 'FashionMNISTIter', 'ShardIter', 'load_data_fashion_mnist',
            'choose_max_examples', 'train', 'train_data_parallel', 'Recipe', 'FAST',
            'TrainStep', 'train_fast', *_LAZY]
 
