@@ -1,20 +1,9 @@
-"""The PyTorch twin of :mod:`d2lzh.mxnet`: the same names, PyTorch semantics.
-
-``from d2lzh import torch as d2l``. One module per concern:
-
-* :mod:`~d2lzh.torch.book`: the book's API (devices, ``lenet``, ``resnet18``,
-  ``split_and_load``, ``allreduce``, ``evaluate_accuracy``, ``setup_report`` ...);
-* :mod:`~d2lzh.torch.data`: Fashion-MNIST iterators (host, pinned, GPU; a worker's shard);
-* :mod:`~d2lzh.torch.train`: ``train``, the book's loop, and ``train_data_parallel``;
-* :mod:`~d2lzh.torch.recipe`: the fast path (beyond the book): ``train_fast`` trains as a
-  ``Recipe`` says; ``FAST`` is the one measured fastest to 0.92 test accuracy;
-* :mod:`~d2lzh.torch.ddp`: the torchrun worker (``python -m d2lzh.torch.ddp``) and
-  :mod:`~d2lzh.torch.launch`: ``run_ddp``, ``measure_allreduce`` from a notebook, both
-  imported at the first use of their names (so that ``-m d2lzh.torch.ddp`` runs cleanly);
-* :mod:`~d2lzh.torch.settings`: settings dataclasses whose fields are checks and flags.
-
-The data comes from :mod:`d2lzh.data` (no torchvision). Where the book asks for several
-GPUs and the machine has none, the CPU stands in (``try_devices(2)`` gives it twice).
+"""The PyTorch edition, ``from d2lzh import torch as d2l``: the names of :mod:`d2lzh.mxnet`
+with PyTorch semantics. Modules: ``book`` (the book's API), ``data`` (Fashion-MNIST
+iterators), ``train`` (the book's loop, 8.5), ``recipe`` (the fast path: ``train_fast`` as
+a ``Recipe`` says; ``FAST``), ``ddp`` (the torchrun worker) and ``launch`` (``run_ddp``,
+``measure_allreduce``); the last two are imported at the first use of their names, so that
+``python -m d2lzh.torch.ddp`` runs cleanly.
 """
 import importlib
 
@@ -34,17 +23,16 @@ from .train import train, train_data_parallel  # noqa: F401
 
 _LAZY = {'ddp_worker': 'd2lzh.torch.ddp', 'Job': 'd2lzh.torch.ddp',
          'run_ddp': 'd2lzh.torch.launch', 'measure_allreduce': 'd2lzh.torch.launch'}
-__all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'record', 'output_dir', 'load_reference',
-           'bar_chart', 'set_figsize', 'timeline', *_book, 'FashionMNISTIter', 'ShardIter', 'load_data_fashion_mnist',
-           'choose_max_examples', 'train', 'train_data_parallel', 'Recipe', 'FAST',
-           'TrainStep', 'train_fast', *_LAZY]
+__all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'record', 'output_dir',
+           'load_reference', 'bar_chart', 'set_figsize', 'timeline', *_book, 'FashionMNISTIter',
+           'ShardIter', 'load_data_fashion_mnist', 'choose_max_examples', 'train',
+           'train_data_parallel', 'Recipe', 'FAST', 'TrainStep', 'train_fast', *_LAZY]
 
 
 def __getattr__(name):
     if name not in _LAZY:
         raise AttributeError(f"module 'd2lzh.torch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
+    globals()[name] = value = getattr(importlib.import_module(_LAZY[name]), name)
     return value
 
 

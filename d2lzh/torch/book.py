@@ -1,8 +1,6 @@
 """The book's API in PyTorch: devices (4.6), models (LeNet of 8.4, ResNet-18 of 5.11 and
-8.5), the data-parallel helpers of 8.4 (``split_and_load``, ``allreduce``, ``get_params``,
-``sgd``) and ``evaluate_accuracy`` (3.6). Argument checks and their messages are shared
-with :mod:`d2lzh.mxnet` through :mod:`d2lzh.checks`.
-"""
+8.5), the data-parallel helpers of 8.4 and ``evaluate_accuracy`` (3.6); the argument
+checks are those of :mod:`d2lzh.checks`, as in the MXNet edition."""
 import os
 
 import torch
@@ -15,8 +13,6 @@ __all__ = ['num_gpus', 'gpu_name', 'try_gpu', 'try_all_gpus', 'try_devices', 'sy
            'lenet', 'Residual', 'resnet18', 'split_and_load', 'allreduce', 'get_params', 'sgd',
            'evaluate_accuracy', 'setup_report']
 
-
-# ---------------------------------------------------------------- devices (4.6)
 
 def num_gpus():
     """Number of CUDA GPUs PyTorch can use (0 with a CPU build or no driver)."""
@@ -39,61 +35,36 @@ def try_all_gpus():
 
 
 def try_devices(num):
-    """Return ``num`` devices for data-parallel code (chapter 8.4/8.5).
-
-    The rule of the MXNet edition too (:func:`d2lzh.checks.choose_gpus`): the first ``num``
-    GPUs when the machine has that many; with no GPU at all, the CPU stands in for each
-    device (``[cpu, cpu, ...]``), so the multi-device code runs unchanged, on the same
-    cores; with fewer GPUs than ``num``, a RuntimeWarning names them and they are returned.
-
-    Args:
-        num (int): how many devices, >= 1.
-
-    Returns:
-        list of torch.device: ``num`` devices, or fewer GPUs (see above).
-
-    Raises:
-        ValueError: ``num`` is not a positive whole number.
-    """
+    """``num`` devices for data-parallel code (8.4, 8.5), by the MXNet edition's rule
+    (:func:`d2lzh.checks.choose_gpus`): the first ``num`` GPUs; with no GPU, the CPU ``num``
+    times (the multi-device code runs unchanged, on the same cores); with fewer GPUs, those
+    there are, and a RuntimeWarning names them. ValueError: ``num`` not a positive int."""
     _checks.check_positive_int('num', num)
     gpus = _checks.choose_gpus(num, range(num_gpus()), lambda i: f'cuda:{i} ({gpu_name(i)})')
     return [torch.device(f'cuda:{i}') for i in gpus] if gpus else [torch.device('cpu')] * num
 
 
 def synchronize(device=None):
-    """Wait until all work queued on ``device`` (default: the current CUDA device) has
-    finished; a no-op for the CPU, whose operators PyTorch runs synchronously."""
+    """Wait for the work queued on ``device`` (default: the current CUDA device); a no-op
+    on the CPU, where PyTorch runs operators synchronously."""
     device = torch.device(device) if device is not None else None
     if (device is None and torch.cuda.is_available()) or getattr(device, 'type', '') == 'cuda':
         torch.cuda.synchronize(device)
 
 
-# ------------------------------------------------------------ models (8.4, 5.11, 8.5)
-
 def lenet():
-    """LeNet as section 8.4 trains it: conv 3x3 (20) - ReLU - avg pool 2 - conv 5x5 (50) -
-    ReLU - avg pool 2 - linear 128 - ReLU - linear 10. Without batch norm, N processes on
-    minibatches of B compute what one process computes on N*B (the DDP tests check it).
-
-    Returns:
-        torch.nn.Sequential: float32 (batch, 1, 28, 28) -> logits (batch, 10).
-    """
+    """LeNet of section 8.4: conv 3x3 (20) - ReLU - avg pool 2 - conv 5x5 (50) - ReLU -
+    avg pool 2 - linear 128 - ReLU - linear 10; float32 (batch, 1, 28, 28) -> logits (batch,
+    10). No batch norm: N processes on minibatches of B compute what one does on N*B."""
     return nn.Sequential(nn.Conv2d(1, 20, kernel_size=3), nn.ReLU(), nn.AvgPool2d(2),
                          nn.Conv2d(20, 50, kernel_size=5), nn.ReLU(), nn.AvgPool2d(2),
                          nn.Flatten(), nn.Linear(50 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
 class Residual(nn.Module):
-    """The residual block of ResNet (book 5.11): two 3x3 convolutions with batch norm; the
-    input skips around them, through a 1x1 convolution when ``use_1x1conv``. Input and
-    output float (batch, C, H, W).
-
-    Args:
-        in_channels (int): input channels.
-        num_channels (int): output channels.
-        use_1x1conv (bool): project the shortcut with a 1x1 convolution.
-        strides (int): stride of the first convolution.
-    """
+    """The residual block of ResNet (book 5.11): two 3x3 convolutions with batch norm, the
+    first with stride ``strides``; the input skips around them, through a 1x1 convolution if
+    ``use_1x1conv``. float (batch, in_channels, H, W) -> (batch, num_channels, H', W')."""
 
     def __init__(self, in_channels, num_channels, use_1x1conv=False, strides=1):
         super().__init__()
@@ -111,30 +82,17 @@ class Residual(nn.Module):
 
 
 def resnet18(num_classes, in_channels=1):
-    """ResNet-18 as in chapter 8.5 (3x3 stride-1 stem, no max pooling, four stages of two
-    residual blocks, global average pooling, linear layer).
-
-    Args:
-        num_classes (int): outputs.
-        in_channels (int): input channels (1 for Fashion-MNIST).
-
-    Returns:
-        torch.nn.Sequential: float (batch, in_channels, H, W) -> logits (batch, num_classes).
-    """
-    layers = [nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
-              nn.BatchNorm2d(64), nn.ReLU()]
-    channels_in = 64
-    for stage, channels in enumerate([64, 128, 256, 512]):
-        for i in range(2):
-            downsample = stage > 0 and i == 0
-            layers.append(Residual(channels_in, channels, use_1x1conv=downsample,
-                                   strides=2 if downsample else 1))
-            channels_in = channels
+    """ResNet-18 of chapter 8.5: a 3x3 stride-1 stem, no max pooling, four stages of two
+    residual blocks, global average pooling, a linear layer; float (batch, in_channels, H, W)
+    -> logits (batch, num_classes)."""
+    layers = [nn.Conv2d(in_channels, 64, kernel_size=3, padding=1), nn.BatchNorm2d(64),
+              nn.ReLU()]
+    for c_in, c in [(64, 64), (64, 128), (128, 256), (256, 512)]:  # halve H and W from 2nd
+        layers += [Residual(c_in, c, use_1x1conv=c != c_in, strides=1 if c == c_in else 2),
+                   Residual(c, c)]
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes)]
     return nn.Sequential(*layers)
 
-
-# -------------------------------------------------- data parallelism helpers (8.4)
 
 def split_and_load(data, devices, even_split=True):
     """Split a batch along its first axis into ``len(devices)`` slices and
@@ -189,42 +147,26 @@ def get_params(params, device):
 
 
 def sgd(params, lr, batch_size):
-    """Minibatch SGD on ``params`` (leaf tensors with ``.grad``, sums over ``batch_size``
-    examples) with learning rate ``lr``, in place; then zero the gradients (book 3.2)."""
+    """Minibatch SGD in place on ``params`` (leaves whose ``.grad`` sums ``batch_size``
+    examples' gradients) at rate ``lr``; then zero the gradients (book 3.2)."""
     with torch.no_grad():
         for p in params:
             p -= lr * p.grad / batch_size
             p.grad.zero_()
 
 
-# ------------------------------------------------------------- evaluation (3.6)
-
 def evaluate_accuracy(data_iter, net, device=None):
-    """Classification accuracy of ``net`` on ``data_iter`` (book 3.6, 8.5).
-
-    Puts an ``nn.Module`` in eval mode for the pass and restores its mode. Counts stay on
-    the device until the end: one synchronisation.
-
-    Args:
-        data_iter: iterable of ``(X, y)``; X float (batch, ...), y int (batch,).
-        net (callable): X -> logits (batch, num_classes).
-        device (torch.device, str or list or None): where to compute; a list uses its
-            first device; default: the device of net's first parameter, else the CPU.
-
-    Returns:
-        float: accuracy in [0, 1].
-
-    Raises:
-        ValueError: ``data_iter`` yields no example.
-    """
+    """Accuracy in [0, 1] of ``net`` (X -> logits) on the ``(X, y)`` of ``data_iter`` (book
+    3.6, 8.5), computed on ``device`` (a list: its first; default: that of net's first
+    parameter, else the CPU), an ``nn.Module`` in eval mode (then its mode restored), with
+    one synchronisation at the end. ValueError: ``data_iter`` yields no example."""
+    module = isinstance(net, nn.Module)
     if isinstance(device, (list, tuple)):
         device = device[0]
     if device is None:
-        first = next(net.parameters(), None) if isinstance(net, nn.Module) else None
-        device = first.device if first is not None else torch.device('cpu')
-    device = torch.device(device)
-    was_training = isinstance(net, nn.Module) and net.training
-    if isinstance(net, nn.Module):
+        device = next((p.device for p in net.parameters()), 'cpu') if module else 'cpu'
+    device, was_training = torch.device(device), module and net.training
+    if module:
         net.eval()
     correct, n = torch.zeros((), dtype=torch.int64, device=device), 0
     try:
@@ -241,8 +183,7 @@ def evaluate_accuracy(data_iter, net, device=None):
 
 
 def setup_report():
-    """Print the versions and GPUs this notebook runs with; says plainly when there is no
-    GPU. Returns None."""
+    """Print the versions and GPUs this notebook runs with, and plainly when there is none."""
     import platform
     cuda = torch.version.cuda or 'none (CPU build)'
     print(f'Python {platform.python_version()}, PyTorch {torch.__version__}, CUDA {cuda}, '

@@ -1,8 +1,6 @@
-"""Fashion-MNIST as torch tensors (book 3.5): the minibatch iterator with its three places
-for the data (host, pinned host memory, GPU), one worker's shard of it for data-parallel
-training, and the book's ``load_data_fashion_mnist``. Files, verification and
-``$D2LZH_MAX_EXAMPLES`` come from :mod:`d2lzh.data`; torchvision is not needed.
-"""
+"""Fashion-MNIST as torch tensors (book 3.5), without torchvision: the minibatch iterator
+and its three places for the data, one worker's shard of it, ``load_data_fashion_mnist``.
+The files (and ``$D2LZH_MAX_EXAMPLES``) are :mod:`d2lzh.data`'s."""
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -17,56 +15,38 @@ __all__ = ['FashionMNISTIter', 'ShardIter', 'load_data_fashion_mnist', 'choose_m
 
 
 class FashionMNISTIter(_data.MinibatchIter):
-    """Minibatches of Fashion-MNIST as torch tensors (book 3.5): ``(X, y)``, X float32
-    (batch, 1, H, W) in [0, 1], y int64 (batch,); the last batch may be smaller. Shuffling
-    uses ``torch.randperm`` (seed with ``torch.manual_seed``). Where the data lives is the
-    point of chapter 8's PyTorch notebooks:
+    """Minibatches ``(X, y)`` of ``images`` (uint8 (N, 28, 28)) and ``labels`` (int (N,)):
+    X float32 (batch, 1, H, W) in [0, 1] (bilinear ``resize`` x ``resize`` if given), y int64
+    (batch,); the last batch may be smaller; ``shuffle``: a new ``torch.randperm`` order
+    every pass. Where the data lives is the point of chapter 8's PyTorch notebooks:
 
-    * ``device=None`` (the book's way): float32 batches are cut on the host and the
-      training loop copies each one to the GPU;
-    * ``pin_memory=True``: the same, from page-locked (pinned) host memory, so the loop's
-      ``X.to('cuda', non_blocking=True)`` returns at once and the copy can overlap
-      computation. The data set is pinned once; with shuffling, each pass first gathers the
-      shuffled epoch into a second pinned buffer (one ``index_select``), so every batch is
-      a slice of pinned memory. Before refilling that buffer, the iterator waits for a CUDA
-      event recorded when the previous pass ended, so queued copies still read their data.
-      Batches are views of that buffer: ``.clone()`` one to keep it past the next pass;
-    * ``device='cuda'``: the data set is kept on the GPU as uint8 (47 MB for
-      Fashion-MNIST), and batches are shuffled, cut and scaled there: no copy per batch.
-
-    Args:
-        images (numpy.ndarray): uint8 (N, 28, 28).
-        labels (numpy.ndarray): int (N,).
-        batch_size (int): examples per batch.
-        shuffle (bool): new order every pass.
-        resize (int or None): bilinear resize to resize x resize per batch.
-        device (torch.device, str or None): keep the data on this device.
-        pin_memory (bool): keep host data in pinned memory (ignored without CUDA or with
-            ``device``); shuffled, it costs 2x the float32 data set (376 MB) of it.
+    * ``device=None`` (the book's way): batches are cut on the host, the loop copies them;
+    * ``pin_memory=True`` (with CUDA): the same from pinned host memory, so that the
+      loop's ``X.to('cuda', non_blocking=True)`` overlaps computation. A shuffled pass is
+      first gathered into a second pinned buffer (2 x 188 MB in all), refilled only after
+      a CUDA event of the previous pass: batches are views of it (``.clone()`` to keep);
+    * ``device='cuda'``: the data set lives on the GPU as uint8 (47 MB); batches are
+      shuffled, cut and scaled there: no copy per batch.
     """
 
     def __init__(self, images, labels, batch_size, shuffle, resize=None, device=None,
                  pin_memory=False):
         self.batch_size, self.shuffle, self.resize = batch_size, shuffle, resize
-        self.device = torch.device(device) if device is not None else torch.device('cpu')
+        self.device = torch.device(device or 'cpu')
         X = torch.tensor(images, dtype=torch.uint8).unsqueeze(1)
-        self.labels = torch.from_numpy(labels.astype(np.int64))
-        self.pin_memory = pin_memory and torch.cuda.is_available() and self.device.type == 'cpu'
-        if self.device.type == 'cpu':
-            X = X.float().div_(255)  # convert once; batches are views
-        else:
-            X, self.labels = X.to(self.device), self.labels.to(self.device)
-        self.images = X
+        y, host = torch.from_numpy(labels.astype(np.int64)), self.device.type == 'cpu'
+        # on the host float32 once (batches are views), on a GPU uint8 (scaled per batch)
+        self.images, self.labels = (X.float().div_(255), y) if host else \
+            (X.to(self.device), y.to(self.device))
         self._epoch_buffers = self._pass_done = None
-        if self.pin_memory:
+        if pin_memory and torch.cuda.is_available() and host:
             self.images, self.labels = self.images.pin_memory(), self.labels.pin_memory()
             if shuffle:
-                self._epoch_buffers = (torch.empty_like(self.images).pin_memory(),
-                                       torch.empty_like(self.labels).pin_memory())
+                self._epoch_buffers = tuple(torch.empty_like(t).pin_memory()
+                                            for t in (self.images, self.labels))
 
     def _order(self):
-        """This pass's (images, labels, index or None): batches are cut from the first two,
-        through the index when it is not None."""
+        """This pass's (images, labels, index or None) to cut batches from."""
         if not self.shuffle:
             return self.images, self.labels, None
         order = torch.randperm(len(self.labels), device=self.device)
@@ -102,21 +82,11 @@ class FashionMNISTIter(_data.MinibatchIter):
 
 
 class ShardIter(FashionMNISTIter):
-    """One worker's minibatches in data-parallel training (beyond the book): step t takes
-    worker ``rank``'s slice of the t-th global minibatch of ``batch_size * world_size``
-    examples of the epoch's permutation (:func:`d2lzh.jobs.batch_indices`, the project's
-    one sharding rule); ``len()`` full batches per epoch, the rest dropped, as
-    ``DistributedSampler(drop_last=True)`` does. :meth:`set_epoch` picks the permutation.
-    The data lives where ``device`` says, as in :class:`FashionMNISTIter`.
-
-    Args:
-        images, labels, batch_size (per worker), device: as :class:`FashionMNISTIter`.
-        rank, world_size (int): this worker and the number of workers.
-        seed (int): epoch e's permutation is ``numpy.random.RandomState(seed + e)``'s.
-
-    Raises:
-        ValueError: fewer examples than one global minibatch, or a bad rank.
-    """
+    """Worker ``rank`` of ``world_size``'s minibatches of ``batch_size`` (beyond the book),
+    by the one sharding rule :func:`d2lzh.jobs.batch_indices` (epoch e's permutation is
+    ``RandomState(seed + e)``'s; :meth:`set_epoch` picks e); the rest of an epoch is dropped,
+    as ``DistributedSampler(drop_last=True)`` does. Data as :class:`FashionMNISTIter`'s.
+    ValueError: fewer examples than one global minibatch, or a bad rank."""
 
     def __init__(self, images, labels, batch_size, rank, world_size, seed=0, device=None):
         super().__init__(images, labels, batch_size, shuffle=False, device=device)
@@ -138,24 +108,11 @@ class ShardIter(FashionMNISTIter):
 
 def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=None,
                             device=None, pin_memory=False):
-    """Fashion-MNIST as a pair of iterators (book 3.5), without torchvision.
-
-    Args:
-        batch_size (int): positive.
-        resize (int or None): positive side length to resize the images to.
-        root (str or None): folder searched first (see :mod:`d2lzh.data`).
-        max_examples (int, 'all' or None): first N training and N test examples; None
-            reads ``$D2LZH_MAX_EXAMPLES``.
-        device, pin_memory: where the data lives, see :class:`FashionMNISTIter`.
-
-    Returns:
-        (FashionMNISTIter, FashionMNISTIter): shuffled training data, test data.
-
-    Raises:
-        ValueError: invalid ``batch_size``, ``resize`` or ``max_examples``.
-        d2lzh.data.FashionMNISTNotFoundError, d2lzh.data.CorruptDataError: see
-            :func:`d2lzh.data.load_fashion_mnist`.
-    """
+    """Fashion-MNIST as (shuffled training, test) :class:`FashionMNISTIter` (book 3.5).
+    ``root``: a folder searched first; ``max_examples`` (int, 'all' or None:
+    ``$D2LZH_MAX_EXAMPLES``): first N of each set; the rest as :class:`FashionMNISTIter`.
+    Raises ValueError for a bad ``batch_size``, ``resize`` or ``max_examples``, and what
+    :func:`d2lzh.data.load_fashion_mnist` raises."""
     _checks.check_positive_int('batch_size', batch_size)
     _checks.check_positive_int('resize', resize, allow_none=True)
     train_x, train_y, test_x, test_y = _data.load_fashion_mnist(root, max_examples)
@@ -166,6 +123,5 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
 def choose_max_examples(cpu_default, gpu_available=None):
     """How much of Fashion-MNIST to train on; prints the choice (see
     :func:`d2lzh.results.choose_max_examples`; ``gpu_available``: default, a GPU here)."""
-    if gpu_available is None:
-        gpu_available = num_gpus() > 0
-    return _results.choose_max_examples(cpu_default, gpu_available)
+    return _results.choose_max_examples(
+        cpu_default, num_gpus() > 0 if gpu_available is None else gpu_available)

@@ -1,7 +1,6 @@
 """DistributedDataParallel from a notebook (beyond the book): :func:`run_ddp` runs
-:func:`d2lzh.torch.ddp.ddp_worker` in N processes of this machine through torchrun's Python
-API (``elastic_launch``), and :func:`measure_allreduce` times all-reduces the same way.
-"""
+:func:`d2lzh.torch.ddp.ddp_worker`, and :func:`measure_allreduce` times all-reduces, in N
+processes of this machine, through torchrun's Python API (``elastic_launch``)."""
 import dataclasses
 import logging
 import os
@@ -19,42 +18,24 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ..checks import check_positive_int
 from .book import gpu_name, num_gpus, synchronize
-from .ddp import Job, ddp_worker, init_process_group, refuse_graph_with_several, torchrun_env
+from .ddp import Job, ddp_worker, init_process_group, refuse_graph_with_several
 from .recipe import Recipe
 
 __all__ = ['run_ddp', 'measure_allreduce']
 
 
 def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job):
-    """Run :func:`d2lzh.torch.ddp.ddp_worker` in ``world_size`` processes on this machine,
-    from Python (a notebook): what ``torchrun --nproc-per-node=world_size`` does, through
-    ``elastic_launch``, with c10d rendezvous on 127.0.0.1 (a free port).
-
-    The new processes are spawned and import the worker by name (a function defined in a
-    notebook would fail). The caller's SIGINT/SIGTERM handlers, which the launcher replaces,
-    are put back and its files in the temporary folder removed. The workers' stderr goes to
-    files there (a Jupyter kernel would forward it, local paths and all, into the cell), and
-    Python logging is off meanwhile.
-
-    Args:
-        world_size (int): processes (one GPU each with NCCL).
-        recipe (Recipe): how each process trains (default ``d2l.Recipe()``).
-        max_restarts (int): restarts of the group after a failure (resuming from
-            ``recipe.checkpoint`` if set).
-        join_timeout (float): seconds the rendezvous waits for every process.
-        **job: fields of :class:`d2lzh.torch.ddp.Job` (model, max_examples, backend,
-            gradient_as_bucket_view, timeout, seed, out; verbose defaults to False here).
-
-    Returns:
-        dict: rank 0's result (see :func:`d2lzh.torch.ddp.ddp_worker`).
-
-    Raises:
-        ValueError: a bad ``world_size``, setting or keyword, more NCCL processes than GPUs,
-            or ``cuda_graph`` with more than one NCCL process.
-        RuntimeError: a worker failed (after ``max_restarts`` restarts); the message names
-            its rank, exit code and the last line of its traceback (torch's
-            ``ChildFailedError`` is chained as the cause).
-    """
+    """Run :func:`d2lzh.torch.ddp.ddp_worker` in ``world_size`` processes of this machine, as
+    ``torchrun --nproc-per-node=world_size`` does, by ``elastic_launch`` (c10d rendezvous on
+    127.0.0.1; spawned processes, which import the worker by name), each training as
+    ``recipe`` says (default ``d2l.Recipe()``) what the keywords, fields of
+    :class:`d2lzh.torch.ddp.Job`, say (``verbose`` False here); ``max_restarts`` after a
+    failure (from ``recipe.checkpoint`` if set). Meanwhile logging is off and the workers'
+    stderr goes to files (a kernel would forward it into the cell); afterwards torch's files
+    are removed and the caller's SIGINT/SIGTERM handlers put back. Returns rank 0's result.
+    ValueError: a bad argument or setting, more NCCL processes than GPUs, ``cuda_graph``
+    with several NCCL processes; RuntimeError: a worker failed (after the restarts), naming
+    its rank, exit code and last traceback line (``ChildFailedError`` is the cause)."""
     check_positive_int('world_size', world_size)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f'max_restarts={max_restarts!r} is not valid: use a whole number >= 0')
@@ -70,7 +51,7 @@ def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job
 
 
 def _backend(backend, world_size):
-    """``backend``, or nccl with GPUs else gloo; ValueError for more NCCL processes than GPUs."""
+    """``backend`` or nccl with GPUs, else gloo; ValueError: more NCCL processes than GPUs."""
     backend = backend or ('nccl' if num_gpus() > 0 else 'gloo')
     if backend == 'nccl' and num_gpus() < world_size:
         names = ', '.join(f'cuda:{i} ({gpu_name(i)})' for i in range(num_gpus()))
@@ -81,8 +62,7 @@ def _backend(backend, world_size):
 
 
 def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0):
-    """``elastic_launch`` of ``entrypoint(*args)`` in ``world_size`` spawned local processes,
-    as :func:`run_ddp` describes; returns {rank: return value}, RuntimeError on a failure."""
+    """{rank: ``entrypoint(*args)``} from ``world_size`` processes, as :func:`run_ddp` says."""
     log_dir = tempfile.mkdtemp(prefix='d2lzh-ddp-')
     before = set(_leftovers())
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -102,24 +82,17 @@ def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0):
         logging.disable(disabled)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        shutil.rmtree(log_dir, ignore_errors=True)
-        for path in set(_leftovers()) - before:
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.remove(path)
+        for path in [log_dir, *(set(_leftovers()) - before)]:
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
 
 
-def _leftovers():
-    """What a launch leaves in the temporary folder: torchelastic_* log folders, and the
-    pytorch-errorfile-*.pickle of each process that raised (never removed by torch)."""
+def _leftovers():  # what torch leaves in the temporary folder, and never removes
     tmp = tempfile.gettempdir()
     return [os.path.join(tmp, name) for name in os.listdir(tmp)
             if name.startswith(('torchelastic_', 'pytorch-errorfile-'))]
 
 
 def _failure_message(err, world_size, max_restarts):
-    """'DDP worker rank R of W failed ...: exit code, last line of the traceback'."""
     # the agent SIGTERMs the others: the root cause is a process that died of another
     # signal (e.g. SIGKILL), else the earliest failure
     signalled = [(r, f) for r, f in err.failures.items()
@@ -127,9 +100,8 @@ def _failure_message(err, world_size, max_restarts):
     rank, failure = min(signalled, key=lambda rf: rf[1].timestamp) if signalled \
         else err.get_first_failure()
     detail = 'no traceback (the process was killed by a signal or exited without one)'
-    message = failure.message
-    if isinstance(message, dict):
-        message = message.get('message', '')
+    message = failure.message.get('message', '') if isinstance(failure.message, dict) \
+        else failure.message
     if message and not str(message).startswith(('To enable traceback', 'Signal ')):
         detail = ([ln for ln in str(message).splitlines() if ln.strip()] or [detail])[-1]
     code = failure.exitcode
@@ -143,13 +115,7 @@ def _failure_message(err, world_size, max_restarts):
 
 @record
 def _allreduce_worker(sizes, repeats, backend):
-    rank, local_rank, world_size = torchrun_env()
-    device = torch.device('cuda', local_rank) if backend == 'nccl' else torch.device('cpu')
-    if backend == 'nccl':
-        torch.cuda.set_device(device)
-    else:
-        torch.set_num_threads(1)
-    init_process_group(backend, rank, world_size, timeout=300)
+    rank, _, device = init_process_group(backend, timeout=300)
     try:
         times = []
         for size in sizes:
@@ -172,24 +138,12 @@ def _allreduce_worker(sizes, repeats, backend):
 
 
 def measure_allreduce(world_size, sizes, repeats=5, backend=None):
-    """Seconds of one all-reduce (sum) of float32 tensors across ``world_size`` local
-    processes, started as :func:`run_ddp` starts them (beyond the book). For each size, one
-    untimed all-reduce, then ``repeats`` timed ones, each between a barrier and a
-    synchronisation; the best of them, from the slowest rank.
-
-    Args:
-        world_size (int): processes (one GPU each with NCCL).
-        sizes (list of int): tensor sizes in bytes (multiples of 4).
-        repeats (int): timed all-reduces per size.
-        backend (str or None): 'nccl' or 'gloo'; default nccl with GPUs.
-
-    Returns:
-        list of float: seconds per all-reduce, one per size.
-
-    Raises:
-        ValueError: bad arguments, or more NCCL processes than GPUs.
-        RuntimeError: a process failed.
-    """
+    """Seconds of one all-reduce (sum) of a float32 tensor of each of ``sizes`` bytes
+    (multiples of 4) across ``world_size`` local processes, started as by :func:`run_ddp`,
+    over ``backend`` (default: nccl with GPUs, else gloo): after one untimed all-reduce, the
+    best of ``repeats``, each between a barrier and a synchronisation, from the slowest
+    rank (beyond the book). ValueError: bad arguments, more NCCL processes than GPUs;
+    RuntimeError: a process failed."""
     for name, value in [('world_size', world_size), ('repeats', repeats),
                         *(('size', size) for size in sizes)]:
         check_positive_int(name, value)

@@ -1,15 +1,10 @@
-"""The fast path (beyond the book): :func:`train_fast` trains as a :class:`Recipe` says,
-one validated settings object (the torchrun worker's flags, ``run_ddp`` and bench/ use it
-too) whose fields are the techniques of 在现代 GPU 上把训练跑满, none turning another on.
-:data:`FAST` is the recipe measured fastest from a cold start to 0.92 on one H100::
-
-    train_iter, test_iter = d2l.load_data_fashion_mnist(d2l.FAST.batch_size, device=gpu)
-    history = d2l.train_fast(d2l.resnet18(10), train_iter, test_iter, gpu, d2l.FAST)
-    history['reached']   # {'epoch', 'test_acc', 'seconds'} or None
-"""
-import contextlib
+"""The fast path (beyond the book; notebook 07): :func:`train_fast` trains as a
+:class:`Recipe` says, the one validated settings object of its techniques, none turning
+another on (also the torchrun worker's flags, ``run_ddp``'s and bench/'s settings);
+:data:`FAST` is the recipe measured fastest from a cold start to 0.92 on one H100."""
 import dataclasses
 import math
+import numbers
 import os
 import time
 import warnings
@@ -19,51 +14,71 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from .book import evaluate_accuracy, synchronize
-from .settings import check_fields, setting
 
 __all__ = ['Recipe', 'FAST', 'train_fast', 'TrainStep', 'FusedSGD', 'learning_rates',
-           'capture_stream']
+           'capture_stream', 'setting', 'check_settings']
+
+
+def setting(default, help, valid=None):
+    """A settings field, typed by its annotation (None allowed if it is the default), with
+    ``help`` (its flag's too) and ``valid``: a tuple of choices or an interval like '[0, 1)'."""
+    return dataclasses.field(default=default, metadata={'help': help, 'valid': valid})
+
+
+def check_settings(settings):
+    """Raise ValueError, naming the field and what is valid, for a field of the dataclass
+    ``settings`` (made with :func:`setting`) of the wrong type, choice or range."""
+    for f in dataclasses.fields(settings):
+        value, valid, kind = getattr(settings, f.name), f.metadata['valid'], f.type
+        if value is None and f.default is None:
+            continue
+        if isinstance(valid, tuple):
+            need = None if value in valid else f'one of {valid}'
+        elif isinstance(value, bool) != (kind is bool) or not isinstance(
+                value, {int: numbers.Integral, float: numbers.Real}.get(kind, kind)):
+            need = {bool: 'True or False', int: 'a whole number', float: 'a number'}.get(
+                kind, 'a string')
+        else:  # within the interval, if any
+            lo, hi = (float(x) for x in (valid or '[-inf, inf]')[1:-1].split(','))
+            inside = not valid or (lo <= value if valid[0] == '[' else lo < value) and \
+                (value <= hi if valid[-1] == ']' else value < hi)
+            need = None if inside else f'a value in {valid}'
+        if need:
+            raise ValueError(f'{f.name}={value!r} is not valid: use {need}')
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """How :func:`train_fast` trains: one immutable, validated set of settings (beyond the
-    book), each field one technique with its help; ``dataclasses.replace(d2l.FAST,
-    epochs=3)`` changes fields. Raises ValueError for a field of the wrong type or out of
-    range, or for two fields that do not go together; the message names the fix."""
-    batch_size: int = setting(256, 'examples per step (per process with DDP)', valid='[1, inf)')
-    epochs: int = setting(4, 'passes over the training data', valid='[1, inf)')
-    lr: float = setting(0.1, 'learning rate (the peak of a schedule)', valid='(0, inf)')
-    amp: str = setting('auto', 'mixed precision on CUDA; auto: bf16 from compute capability '
-                       '8.0 on, else fp16 + GradScaler', choices=('auto', 'bf16', 'fp16', 'off'))
+    """How :func:`train_fast` trains (beyond the book): immutable, each field one technique;
+    ``dataclasses.replace(d2l.FAST, epochs=3)`` changes fields. Raises ValueError, naming
+    the fix, for a field of the wrong type or range, or two fields that do not go together."""
+    batch_size: int = setting(256, 'examples per step (per process with DDP)', '[1, inf)')
+    epochs: int = setting(4, 'passes over the training data', '[1, inf)')
+    lr: float = setting(0.1, 'learning rate (the peak of a schedule)', '(0, inf)')
+    amp: str = setting('auto', 'mixed precision on CUDA (auto: bf16 from compute capability 8.0 '
+                       'on, else fp16 + GradScaler)', ('auto', 'bf16', 'fp16', 'off'))
     channels_last: bool = setting(True, 'NHWC memory format for the model and its inputs')
     compile: bool = setting(False, 'torch.compile the model (the first epoch compiles)')
-    cuda_graph: bool = setting(False, 'record the whole step as a CUDA graph, replay it (CUDA; '
-                               'a smaller last batch is skipped)')
-    capture_after: int = setting(None, 'eager steps before the first capture (none: 3, or 11 '
-                                 'with DDP, as it asks)', int, valid='[1, inf)')
-    momentum: float = setting(0.0, 'SGD momentum', valid='[0, 1)')
+    cuda_graph: bool = setting(False, 'replay the step from a CUDA graph (skips a short batch)')
+    capture_after: int = setting(None, 'eager steps before a capture (none: 3, DDP 11)', '[1, inf)')
+    momentum: float = setting(0.0, 'SGD momentum', '[0, 1)')
     nesterov: bool = setting(False, 'Nesterov momentum (needs momentum > 0)')
-    weight_decay: float = setting(0.0, 'SGD weight decay', valid='[0, inf)')
-    fused_sgd: bool = setting(False, "SGD as PyTorch's fused kernel, the rate in a tensor that "
-                              'a CUDA graph reads; no torch.optim import (seconds at start)')
-    lr_schedule: str = setting(None, 'none: constant; cosine: per epoch, down towards 0; '
-                               'linear: per step, up over lr_warmup, down to 0', str,
-                               (None, 'cosine', 'linear'))
-    lr_warmup: float = setting(0.0, "fraction of all steps over which 'linear' rises to lr",
-                               valid='[0, 1)')
-    label_smoothing: float = setting(0.0, 'of the cross-entropy loss', valid='[0, 1)')
+    weight_decay: float = setting(0.0, 'SGD weight decay', '[0, inf)')
+    fused_sgd: bool = setting(False, 'FusedSGD: the fused kernel, its rate a tensor a graph reads')
+    lr_schedule: str = setting(None, 'none: constant; cosine: per epoch, towards 0; linear: per '
+                               'step, up over lr_warmup, down to 0', (None, 'cosine', 'linear'))
+    lr_warmup: float = setting(0.0, "share of the steps over which 'linear' rises", '[0, 1)')
+    label_smoothing: float = setting(0.0, 'of the cross-entropy loss', '[0, 1)')
     eval_from: int = setting(1, 'first epoch after which the test set is evaluated')
-    target_accuracy: float = setting(None, 'stop after the first evaluated epoch whose test '
-                                     "accuracy (rank 0's) is >= this", float, valid='(0, 1]')
-    time_startup: bool = setting(False, 'run the first step (and capture) before epoch 1, '
-                                 'timed as startup_s: one update more')
-    checkpoint: str = setting(None, 'file saved after each epoch (rank 0), resumed from', str)
+    target_accuracy: float = setting(None, "stop at the first epoch whose test accuracy (rank "
+                                     "0's) is >= this", '(0, 1]')
+    time_startup: bool = setting(False, 'one step (and capture) before epoch 1, as startup_s')
+    checkpoint: str = setting(None, 'file saved after each epoch (rank 0), resumed from')
 
     def __post_init__(self):
         if self.checkpoint is not None:
             object.__setattr__(self, 'checkpoint', os.fspath(self.checkpoint))
-        check_fields(self)
+        check_settings(self)
         for ok, message in [
             (not self.nesterov or self.momentum > 0, 'nesterov=True needs momentum > 0: pass '
              'momentum=0.9, for example'),
@@ -100,10 +115,10 @@ def learning_rates(recipe, steps_per_epoch):
 
 
 class FusedSGD:
-    """SGD (momentum, Nesterov, weight decay) as PyTorch's fused kernel ``torch._fused_sgd_``
-    (``torch.optim.SGD(fused=True)``'s update; any ``torch.optim`` optimizer imports
-    TorchDynamo, about 3 s of a cold start), the rate read from the one-element tensor
-    ``lr``. ``load_state_dict`` raises KeyError or ValueError for another's state."""
+    """SGD (momentum, Nesterov, weight decay) by ``torch._fused_sgd_``, the kernel of
+    ``torch.optim.SGD(fused=True)``, at the rate in the 1-element tensor ``lr``; importing no
+    torch.optim (TorchDynamo: about 3 s of a cold start). ``load_state_dict`` raises
+    KeyError or ValueError for another optimizer's state."""
 
     def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
         self.params, self.lr, self.buffers = [p for p in params if p.requires_grad], lr, None
@@ -118,7 +133,7 @@ class FusedSGD:
             raise ValueError('the momentum buffers do not fit the parameters')
         self.buffers = buffers and [b.to(p.device, p.dtype) for b, p in zip(buffers, self.params)]
 
-    def zero_grad(self, set_to_none=True):
+    def zero_grad(self):
         for p in self.params:
             p.grad = None
 
@@ -146,28 +161,25 @@ def capture_stream(device):
 
 
 class TrainStep:
-    """One training step of a recipe (forward under autocast, loss, backward, SGD update),
-    eager or replayed from a CUDA graph of the whole step: what :func:`train_fast` runs for
-    every minibatch (bench/profile_step.py times it). ``net``: the model on ``device`` in
-    the recipe's memory format, or a DistributedDataParallel wrapping one. What runs:
-    ``amp`` None (fp32, always on the CPU), 'bf16' or 'fp16' (amp='auto' before compute
-    capability 8.0, e.g. a T4: with a GradScaler, neither fused nor recorded, and a
-    RuntimeWarning says so), ``fused_sgd``, ``cuda_graph`` (on ``graph_devices`` only)."""
+    """A recipe's training step of ``net`` (on ``device`` in the recipe's memory format, or a
+    DDP of it), as :func:`train_fast` runs it per minibatch, eager or replayed from a CUDA
+    graph (on ``graph_devices``). ``amp``: None (fp32; always on the CPU), 'bf16' or 'fp16'
+    (amp='auto' below compute capability 8.0, e.g. a T4: with a GradScaler, neither fused
+    nor recorded, which a RuntimeWarning says)."""
     graph_devices = ('cuda',)
 
     def __init__(self, net, recipe, device):
-        self.device, self.rate = torch.device(device), recipe.lr
+        self.device, self.rate, self.captures = torch.device(device), recipe.lr, 0
         amp = recipe.amp if self.device.type == 'cuda' else 'off'
         if amp == 'auto':
             amp = 'bf16' if torch.cuda.get_device_capability(self.device)[0] >= 8 else 'fp16'
-        self.amp = None if amp == 'off' else amp
-        if self.amp == 'fp16' and (recipe.fused_sgd or recipe.cuda_graph):
+        self.amp, fp16 = None if amp == 'off' else amp, amp == 'fp16'
+        if fp16 and (recipe.fused_sgd or recipe.cuda_graph):
             warnings.warn(f'amp={recipe.amp!r} is fp16 with a GradScaler on {self.device}: that '
                           'step is neither fused nor recorded as a CUDA graph here; training '
                           'with torch.optim.SGD and eager steps', RuntimeWarning, stacklevel=3)
-        self.fused_sgd = recipe.fused_sgd and self.amp != 'fp16'
-        self.cuda_graph = recipe.cuda_graph and self.amp != 'fp16' and \
-            self.device.type in self.graph_devices
+        self.fused_sgd = recipe.fused_sgd and not fp16
+        self.cuda_graph = recipe.cuda_graph and not fp16 and self.device.type in self.graph_devices
         self.capture_after = recipe.capture_after or \
             (11 if isinstance(net, DistributedDataParallel) else 3)
         sgd = {'momentum': recipe.momentum, 'weight_decay': recipe.weight_decay,
@@ -176,20 +188,18 @@ class TrainStep:
             if self.fused_sgd else None
         self.optimizer = FusedSGD(net.parameters(), self.rate_tensor, **sgd) \
             if self.fused_sgd else torch.optim.SGD(net.parameters(), self.rate, **sgd)
-        self.scaler = torch.amp.GradScaler('cuda') if self.amp == 'fp16' else None
+        self.scaler = torch.amp.GradScaler('cuda') if fp16 else None
         self.model = torch.compile(net) if recipe.compile else net
         self.loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
         self.graph = self.static = self.loss = None
-        self.captures = 0
 
     def autocast(self, cache_enabled=True):
-        """The autocast context of this step's ``amp`` (a null context for fp32)."""
-        dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(self.amp)
-        return contextlib.nullcontext() if dtype is None else \
-            torch.autocast('cuda', dtype, cache_enabled=cache_enabled)
+        """The autocast context of this step's ``amp`` (disabled for fp32)."""
+        return torch.autocast('cuda', torch.bfloat16 if self.amp == 'bf16' else torch.float16,
+                              enabled=self.amp is not None, cache_enabled=cache_enabled)
 
     def set_lr(self, value):
-        """Train with rate ``value`` from the next step on (the fused update reads its tensor;
+        """Train at rate ``value`` from the next step on (the fused update reads its tensor;
         a graph holds torch.optim's rate as a constant: a new one means a new capture)."""
         if value != self.rate:
             self.rate = value
@@ -209,8 +219,8 @@ class TrainStep:
             self.static = (X.clone(), y.clone())
         if X.shape != self.static[0].shape:
             return None
-        self.static[0].copy_(X)
-        self.static[1].copy_(y)
+        for static, new in zip(self.static, (X, y)):
+            static.copy_(new)
         if self.graph is None:
             try:
                 self.graph, self.loss = self._capture(*self.static)
@@ -224,7 +234,7 @@ class TrainStep:
         return self.loss
 
     def _step(self, X, y, cache_enabled=True):
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         with self.autocast(cache_enabled):
             loss = self.loss_fn(self.model(X), y)
         if self.scaler is None:
@@ -237,10 +247,8 @@ class TrainStep:
         return loss
 
     def _capture(self, X, y):
-        """Record the step on the static ``X``, ``y``; return (graph, its loss tensor). The
-        first capture comes after ``capture_after`` eager steps on the recording stream
-        (cuDNN picks algorithms, the optimizer makes its state, DDP its buckets), as
-        PyTorch's CUDA-graph notes ask: real updates on this batch."""
+        # PyTorch's CUDA-graph notes: before the first capture, eager steps (real updates) on
+        # the recording stream let cuDNN pick algorithms, the optimizer and DDP make state
         stream = capture_stream(self.device)
         with torch.cuda.stream(stream):
             for _ in range(0 if self.captures else self.capture_after):
@@ -253,23 +261,17 @@ class TrainStep:
 
 
 def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
-    """Train a classifier as ``recipe`` (default :data:`FAST`) says, printing one line per
-    epoch if ``verbose`` (beyond the book; its loop is :func:`d2lzh.torch.train`, whose
-    arguments these are; ``test_iter=None``: no evaluation). Epochs are timed from their
-    first batch to a synchronisation after the last; evaluations apart. With
-    DistributedDataParallel, pass the wrapped model (on ``device``, in the recipe's memory
-    format) and this process's shard: epochs start and end with a barrier, the wrapped
-    module is evaluated (ranks but 0 may pass ``test_iter=None``), rank 0's decision to stop
-    is broadcast, rank 0 saves. ``train_iter.set_epoch(epoch)`` (if any) precedes a pass.
-
-    Returns:
-        dict: as :func:`d2lzh.torch.train` (``test_acc`` None where not evaluated), plus
-        ``eval_times`` (s), ``amp`` ('bf16', 'fp16', 'off'), ``cuda_graph``, ``fused_sgd``
-        (what ran), ``startup_s`` (0.0 without ``time_startup``), ``start_epoch`` (where a
-        checkpoint resumed), ``reached`` (None, or {'epoch', 'test_acc', 'seconds'}: since
-        the call). ValueError: batches of another size than ``recipe.batch_size``, a
-        checkpoint of another optimizer, an empty ``test_iter``.
-    """
+    """Train a classifier as ``recipe`` says (beyond the book), timed as
+    :func:`d2lzh.torch.train` (whose arguments these are; ``test_iter=None``: no evaluation),
+    calling ``train_iter.set_epoch(epoch)``, if any, before a pass. With DDP, pass the
+    wrapped model (on ``device``, in the recipe's memory format) and this process's shard:
+    epochs start and end with a barrier; rank 0 evaluates (others may pass no test_iter),
+    decides when to stop (broadcast) and saves. Returns :func:`d2lzh.torch.train`'s history
+    (``test_acc`` None where not evaluated) with ``eval_times`` (s), what ran (``amp``
+    'bf16', 'fp16' or 'off', ``cuda_graph``, ``fused_sgd``), ``startup_s`` (0.0 without
+    ``time_startup``), ``start_epoch`` (where a checkpoint resumed) and ``reached`` (None,
+    or {'epoch', 'test_acc', 'seconds' since the call}). ValueError: batches of another
+    size than ``recipe.batch_size``, a checkpoint of another optimizer, no test example."""
     called, device = time.perf_counter(), torch.device(device)
     size = getattr(train_iter, 'batch_size', recipe.batch_size)
     if size != recipe.batch_size:
@@ -279,7 +281,7 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
     fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
     ddp = isinstance(net, DistributedDataParallel)
     module = net.module if ddp else net.to(device, memory_format=fmt)
-    step = TrainStep(net, recipe, device)
+    step, saves = TrainStep(net, recipe, device), not ddp or torch.distributed.get_rank() == 0
     history = {'epoch_times': [], 'eval_times': [], 'test_acc': [], 'train_loss': [],
                'examples': 0, 'amp': step.amp or 'off', 'fused_sgd': step.fused_sgd,
                'start_epoch': 0, 'startup_s': 0.0, 'reached': None}
@@ -291,11 +293,11 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
                   + (' and the target accuracy reached' if history['reached'] else ''))
     lrs, n = learning_rates(recipe, len(train_iter)), len(train_iter)
     first = recipe.epochs if history['reached'] else history['start_epoch']
+    net.train()  # evaluate_accuracy puts it back in training mode
 
     def begin(epoch):
         if hasattr(train_iter, 'set_epoch'):
             train_iter.set_epoch(epoch)
-        net.train()
         _sync(device, ddp)
         return time.perf_counter()
 
@@ -319,7 +321,7 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
         _sync(device, ddp)
         history['epoch_times'].append(time.perf_counter() - start)
         history['train_loss'].append(total_loss.item() / max(examples, 1))
-        history['examples'], acc = examples, None
+        history['examples'], acc, target = examples, None, recipe.target_accuracy
         if test_iter is not None and epoch + 1 >= recipe.eval_from:
             start = time.perf_counter()
             with step.autocast():
@@ -327,7 +329,6 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
             history['eval_times'].append(time.perf_counter() - start)
         if test_iter is not None:
             history['test_acc'].append(acc)
-        target = recipe.target_accuracy
         stop = torch.tensor(int(None not in (acc, target) and acc >= target), device=device)
         if ddp and target is not None:
             torch.distributed.broadcast(stop, 0)  # rank 0 decides: all stop after one epoch
@@ -339,12 +340,10 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
                   f'{"-" if acc is None else f"{acc:.3f}"}, {history["epoch_times"][-1]:.2f} s '
                   f'({examples / history["epoch_times"][-1]:.0f} images/s)'
                   + (f', reached {target}' if stop else ''))
-        if recipe.checkpoint is not None and (not ddp or torch.distributed.get_rank() == 0):
-            state = {'epoch': epoch, 'model': module.state_dict(), 'history': history,
-                     'optimizer': step.optimizer.state_dict()}
-            if step.scaler is not None:
-                state['scaler'] = step.scaler.state_dict()
-            torch.save(state, f'{recipe.checkpoint}.tmp')  # renamed: never half a file
+        if recipe.checkpoint is not None and saves:  # written, then renamed: never half a file
+            torch.save({'epoch': epoch, 'model': module.state_dict(), 'history': history,
+                        'optimizer': step.optimizer.state_dict(), 'scaler': step.scaler
+                        and step.scaler.state_dict()}, f'{recipe.checkpoint}.tmp')
             os.replace(f'{recipe.checkpoint}.tmp', recipe.checkpoint)
         if stop:
             break
@@ -353,16 +352,14 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
     return history
 
 
-def _sync(device, ddp):
-    """Wait for the device; with DDP, for every process too."""
+def _sync(device, ddp):  # wait for the device; with DDP, for every process too
     synchronize(device)
     if ddp:
         torch.distributed.barrier()
 
 
 def _load_checkpoint(path, device, module, step, history):
-    """Load what :func:`train_fast` saved into ``module`` and ``step``; return the saved
-    history (over ``history``'s keys) with ``start_epoch``. The file is only read."""
+    """What :func:`train_fast` saved, into ``module`` and ``step``; the saved history."""
     state = torch.load(path, map_location=device, weights_only=True)
     module.load_state_dict(state['model'])
     try:
@@ -371,7 +368,6 @@ def _load_checkpoint(path, device, module, step, history):
         raise ValueError(f'{os.path.basename(path)} holds the state of another optimizer '
                          f'({type(err).__name__}: {err}): pass the recipe it was written with '
                          '(fused_sgd, momentum), or move it away to start afresh') from err
-    if step.scaler is not None and 'scaler' in state:
+    if step.scaler is not None and state.get('scaler'):
         step.scaler.load_state_dict(state['scaler'])
     return {**history, **state['history'], 'start_epoch': state['epoch'] + 1}
-

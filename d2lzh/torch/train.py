@@ -1,8 +1,5 @@
-"""The book's training loop in PyTorch (8.5): :func:`train` on one device, and
-:func:`train_data_parallel`, the same loop over ``nn.DataParallel``. The fast path
-(mixed precision, CUDA graphs, schedules, stop at a target accuracy) is
-:func:`d2lzh.torch.recipe.train_fast`.
-"""
+"""The book's training loop (8.5): :func:`train` on one device, :func:`train_data_parallel`
+over ``nn.DataParallel``; the fast path is :func:`d2lzh.torch.recipe.train_fast`."""
 import time
 
 import torch
@@ -14,24 +11,13 @@ __all__ = ['train', 'train_data_parallel']
 
 
 def train(net, train_iter, test_iter, num_epochs, lr, device, verbose=True):
-    """Train a classifier with minibatch SGD and cross-entropy loss, fp32 (book 8.5).
-
-    Each epoch is timed from its first batch to a synchronisation after its last; the
-    test accuracy after it is not part of that time.
-
-    Args:
-        net (nn.Module): the model, moved to ``device``.
-        train_iter, test_iter: iterables of ``(X, y)``, X float32 (batch, ...), y int64
-            (batch,), on the host or on ``device``.
-        num_epochs (int): passes over ``train_iter``.
-        lr (float): learning rate.
-        device (torch.device or str): where to train.
-        verbose (bool): print one line per epoch.
-
-    Returns:
-        dict: ``epoch_times`` (s), ``train_loss`` and ``test_acc`` (one per epoch),
-        ``examples`` (per epoch) and ``images_per_s`` (of the fastest epoch).
-    """
+    """Train classifier ``net`` (moved to ``device``) for ``num_epochs`` with minibatch SGD
+    at rate ``lr`` and cross-entropy loss, fp32 (book 8.5); ``train_iter``, ``test_iter``
+    yield ``(X, y)``, X float32 (batch, ...), y int64 (batch,), on the host or ``device``.
+    An epoch is timed from its first batch to a synchronisation after its last (the test
+    accuracy after it apart); ``verbose`` prints one line per epoch. Returns a dict:
+    ``epoch_times`` (s), ``train_loss``, ``test_acc`` (one per epoch), ``examples`` (per
+    epoch) and ``images_per_s`` (of the fastest epoch)."""
     net = net.to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
@@ -63,18 +49,10 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, verbose=True):
 
 
 def train_data_parallel(net, train_iter, test_iter, num_epochs, lr, devices, verbose=True):
-    """:func:`train` with ``nn.DataParallel`` over ``devices`` (one process, threads).
-
-    Every step, DataParallel copies the parameters from the first GPU to the others,
-    splits the batch, runs the replicas in threads and gathers the outputs on the first
-    GPU: all from one Python process. With one device, or on the CPU, it simply calls
-    the model.
-
-    Args: as :func:`train`, with ``devices`` (list of torch.device) for ``device``.
-
-    Returns:
-        dict: as :func:`train`.
-    """
+    """:func:`train` over ``nn.DataParallel`` on ``devices`` (a list; book 8.5): each step
+    copies the parameters from the first GPU to the others, splits the batch, runs the
+    replicas in threads of this one process and gathers the outputs on the first GPU. With
+    one device, or on the CPU, the model is called as it is."""
     ids = [d.index for d in devices if d.type == 'cuda']
     model = nn.DataParallel(net.to(devices[0]), device_ids=ids) if len(ids) > 1 else net
     return train(model, train_iter, test_iter, num_epochs, lr, devices[0], verbose=verbose)
