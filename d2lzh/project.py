@@ -1,12 +1,9 @@
 """The project's own facts, written once: its notebooks and its repository (beyond the book).
 
-:data:`NOTEBOOKS` is the one registry of the chapter notebooks. The Makefile, the scripts,
-the installer and the tests read it; a new notebook is added here and nowhere else. The
-repository URL is written once too, in pyproject.toml's ``[project.urls] Source``; it
-reaches an installed d2lzh through the package metadata.
-
-Run as a script (no package import, so it works before any install), it prints paths for
-the Makefile: ``python d2lzh/project.py notebooks mxnet|pytorch|all``.
+:data:`NOTEBOOKS` is the one registry of the chapter notebooks, read by the Makefile, the
+scripts, the installer and the tests. The repository URL is written once, in pyproject.toml's
+``[project.urls] Source``. As a script (no package import): ``python d2lzh/project.py
+notebooks mxnet|pytorch|all`` prints the paths for the Makefile.
 """
 import importlib.metadata
 import re
@@ -15,33 +12,27 @@ from collections import namedtuple
 from pathlib import Path
 
 Notebook = namedtuple('Notebook', 'edition path section twin')
-Notebook.__doc__ = """One chapter notebook: ``edition`` ('mxnet' or 'pytorch'), ``path``
-relative to the repository root, the book ``section`` it follows ('4.6', '8.1' ... or
-'beyond' for a notebook of its own), and ``twin``: the path of the other edition's
-notebook of the same section, or None."""
+Notebook.__doc__ = """A chapter notebook: ``edition`` ('mxnet' or 'pytorch'), ``path`` from the
+repository root, the book ``section`` ('4.6', '8.1' ... or 'beyond'), and ``twin``: the
+other edition's notebook of the same section, or None."""
 
-_MX, _PT = 'notebooks/', 'notebooks/pytorch/'
-NOTEBOOKS = (
-    Notebook('mxnet', _MX + '01_use-gpu.ipynb', '4.6', _PT + '01_use-gpu.ipynb'),
-    Notebook('mxnet', _MX + '02_hybridize.ipynb', '8.1', _PT + '02_hybridize.ipynb'),
-    Notebook('mxnet', _MX + '03_async-computation.ipynb', '8.2', _PT + '03_async-computation.ipynb'),
-    Notebook('mxnet', _MX + '04_auto-parallelism.ipynb', '8.3', _PT + '04_auto-parallelism.ipynb'),
-    Notebook('mxnet', _MX + '05_multiple-gpus.ipynb', '8.4', _PT + '05_multiple-gpus.ipynb'),
-    Notebook('mxnet', _MX + '06_multiple-gpus-gluon.ipynb', '8.5',
-             _PT + '06_multiple-gpus-concise.ipynb'),
-    Notebook('mxnet', _MX + '07_distributed-training.ipynb', 'beyond',
-             _PT + '08_distributed-training.ipynb'),
-    Notebook('pytorch', _PT + '01_use-gpu.ipynb', '4.6', _MX + '01_use-gpu.ipynb'),
-    Notebook('pytorch', _PT + '02_hybridize.ipynb', '8.1', _MX + '02_hybridize.ipynb'),
-    Notebook('pytorch', _PT + '03_async-computation.ipynb', '8.2', _MX + '03_async-computation.ipynb'),
-    Notebook('pytorch', _PT + '04_auto-parallelism.ipynb', '8.3', _MX + '04_auto-parallelism.ipynb'),
-    Notebook('pytorch', _PT + '05_multiple-gpus.ipynb', '8.4', _MX + '05_multiple-gpus.ipynb'),
-    Notebook('pytorch', _PT + '06_multiple-gpus-concise.ipynb', '8.5',
-             _MX + '06_multiple-gpus-gluon.ipynb'),
-    Notebook('pytorch', _PT + '07_modern-gpu-training.ipynb', 'beyond', None),
-    Notebook('pytorch', _PT + '08_distributed-training.ipynb', 'beyond',
-             _MX + '07_distributed-training.ipynb'),
+# book section, MXNet notebook, PyTorch notebook (None: no counterpart)
+_SECTIONS = (
+    ('4.6', '01_use-gpu', '01_use-gpu'),
+    ('8.1', '02_hybridize', '02_hybridize'),
+    ('8.2', '03_async-computation', '03_async-computation'),
+    ('8.3', '04_auto-parallelism', '04_auto-parallelism'),
+    ('8.4', '05_multiple-gpus', '05_multiple-gpus'),
+    ('8.5', '06_multiple-gpus-gluon', '06_multiple-gpus-concise'),
+    ('beyond', '07_distributed-training', '08_distributed-training'),
+    ('beyond', None, '07_modern-gpu-training'),
 )
+_PATHS = [(s, m and f'notebooks/{m}.ipynb', p and f'notebooks/pytorch/{p}.ipynb')
+          for s, m, p in _SECTIONS]
+#: Every notebook, the MXNet edition first, each edition in file order.
+NOTEBOOKS = tuple(sorted([Notebook('mxnet', m, s, p) for s, m, p in _PATHS if m]
+                         + [Notebook('pytorch', p, s, m) for s, m, p in _PATHS if p],
+                         key=lambda nb: (nb.edition, nb.path)))
 EDITIONS = ('mxnet', 'pytorch')
 
 

@@ -25,10 +25,7 @@ REFERENCE_URL_ENV = 'D2LZH_REFERENCE_URL'
 
 def parse_max_examples(value, what='max_examples'):
     """A subset size: a positive int (or string of digits) -> int; None or 'all' -> None.
-
-    Raises:
-        ValueError: anything else (zero, negative, fractional, other text), naming ``what``.
-    """
+    Raises ValueError for anything else (zero, negative, fractional, text), naming ``what``."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -45,21 +42,13 @@ def parse_max_examples(value, what='max_examples'):
 
 
 def max_examples_from_env():
-    """``$D2LZH_MAX_EXAMPLES`` as an int, or None when unset or ``all``.
-
-    Raises:
-        ValueError: the variable holds anything but a positive whole number or ``all``.
-    """
+    """``$D2LZH_MAX_EXAMPLES`` as an int, or None when unset or ``all`` (ValueError else)."""
     return parse_max_examples(os.environ.get('D2LZH_MAX_EXAMPLES'), 'D2LZH_MAX_EXAMPLES')
 
 
 def note_data_subset(num_train):
     """Say that the figures recorded from now on were trained on the first ``num_train``
-    training images (None: the full data set). Called by :func:`choose_max_examples`.
-
-    Raises:
-        ValueError: ``num_train`` is neither None nor a positive int.
-    """
+    training images (None: all). Raises ValueError unless None or a positive int."""
     if num_train is not None and (isinstance(num_train, bool) or not isinstance(num_train, int)
                                   or num_train < 1):
         raise ValueError(f'note_data_subset: num_train must be a positive int or None, '
@@ -71,16 +60,10 @@ def choose_max_examples(cpu_default, gpu_available):
     """How much of Fashion-MNIST a training cell uses; prints the choice and why (Chinese).
 
     ``$D2LZH_MAX_EXAMPLES``, when set, decides. Otherwise a machine with a working GPU uses
-    the whole data set (the book's settings) and a CPU-only machine the first
-    ``cpu_default`` training and test examples, so that the notebook ends in minutes.
-    Each edition's ``d2l.choose_max_examples(cpu_default)`` calls this with its own answer
-    to ``gpu_available`` (bool).
-
-    Returns:
-        int or None: the subset size, None for the full data set.
-
-    Raises:
-        ValueError: ``$D2LZH_MAX_EXAMPLES`` or ``cpu_default`` is invalid.
+    the whole data set (the book's settings) and a CPU-only machine the first ``cpu_default``
+    training and test examples, so that the notebook ends in minutes. Each edition's
+    ``d2l.choose_max_examples(cpu_default)`` passes its own ``gpu_available`` (bool).
+    Returns the subset size (int), or None for all; ValueError for an invalid size.
     """
     train_size, test_size = 60000, 10000
     env = os.environ.get('D2LZH_MAX_EXAMPLES', '').strip()
@@ -153,11 +136,7 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
 def read_figures(path):
     """The figures :func:`record` wrote to ``path``: ``{key: {'value', 'unit', 'subset',
     'gpus', 'note', 'what', 'tags', 'spread', 'headline'}}`` in the order first recorded (a
-    later line wins); ``{}`` without a file.
-
-    Raises:
-        ValueError: a line is not valid JSON (the message names the file and line).
-    """
+    later line wins); ``{}`` without a file. ValueError names a line that is not JSON."""
     out = {}
     if not os.path.exists(path):
         return out
@@ -194,9 +173,8 @@ def load_reference(path, timeout=30):
     SageMaker Studio Lab) has none: then it is downloaded from ``$D2LZH_REFERENCE_URL`` or
     the repository (:func:`d2lzh.project.url`), parsed in memory, never written anywhere.
 
-    Returns:
-        dict or list: the parsed JSON; or None when neither worked, after one printed line
-        that says why and that the notebook goes on without it.
+    Returns the parsed JSON, or None when neither worked, after one printed line that says
+    why and that the notebook goes on without it.
     """
     local = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                          *path.split('/'))
