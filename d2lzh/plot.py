@@ -1,9 +1,39 @@
-"""Matplotlib helpers for the notebooks' closing charts (both editions)."""
+"""Matplotlib helpers for the notebooks' charts (both editions).
+
+Charts are labelled in Chinese: every helper here first selects a Chinese font that is
+installed (e.g. Debian's ``fonts-wqy-microhei``, which ``make data`` and CI install). Without
+one, Chinese characters show as boxes, and matplotlib's warning for each is kept quiet.
+"""
+import warnings
+
+_CJK_FONTS = ('WenQuanYi Micro Hei', 'WenQuanYi Zen Hei', 'Noto Sans CJK SC', 'Noto Sans SC',
+              'Source Han Sans SC', 'SimHei', 'Microsoft YaHei', 'PingFang SC', 'Heiti SC')
+
+
+def _use_chinese_font():
+    """Put the first installed Chinese font first in matplotlib's sans-serif list."""
+    import matplotlib
+    from matplotlib import font_manager
+    names = {f.name for f in font_manager.fontManager.ttflist}
+    if not names.intersection(_CJK_FONTS):  # installed after matplotlib built its cache
+        for path in font_manager.findSystemFonts():
+            if any(k in path.lower() for k in ('wqy', 'cjk', 'simhei', 'sourcehan')):
+                font_manager.fontManager.addfont(path)
+        names = {f.name for f in font_manager.fontManager.ttflist}
+    found = [f for f in _CJK_FONTS if f in names]
+    if found:
+        fonts = matplotlib.rcParams['font.sans-serif']
+        matplotlib.rcParams['font.sans-serif'] = [found[0]] + [f for f in fonts if f != found[0]]
+        matplotlib.rcParams['axes.unicode_minus'] = False
+    else:
+        warnings.filterwarnings('ignore', message='Glyph .* missing from')
 
 
 def set_figsize(figsize=(5.0, 3.0)):
-    """Set the default figure size in inches for the inline backend (book 3.1)."""
+    """Set the default figure size in inches (book 3.1) and select a Chinese font; call it
+    before drawing with matplotlib directly."""
     import matplotlib.pyplot as plt
+    _use_chinese_font()
     plt.rcParams['figure.figsize'] = figsize
 
 
@@ -22,6 +52,7 @@ def bar_chart(labels, values, ylabel, title=None, fmt='{:.3g}', ax=None):
         ValueError: ``labels`` and ``values`` differ in length or are empty.
     """
     import matplotlib.pyplot as plt
+    _use_chinese_font()
     if len(labels) != len(values) or not labels:
         raise ValueError(f'bar_chart: {len(labels)} labels for {len(values)} values; '
                          'give one label per value (at least one)')
@@ -63,6 +94,7 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     from collections import Counter, defaultdict
 
     import matplotlib.pyplot as plt
+    _use_chinese_font()
     if not isinstance(trace, dict):
         with open(trace, encoding='utf-8') as f:
             trace = json.load(f)

@@ -56,3 +56,14 @@ def test_bar_chart_needs_one_label_per_value():
     assert [t.get_text() for t in ax.get_xticklabels()] == ['a', 'b']
     with pytest.raises(ValueError, match='one label per value'):
         plot.bar_chart(['a'], [1.0, 2.0], 'seconds')
+
+
+def test_charts_use_an_installed_chinese_font(recwarn):
+    from matplotlib import font_manager
+    ax = plot.bar_chart(['混合前', '混合后'], [1.0, 0.4], '秒', title='调用 1000 次的时间')
+    ax.figure.canvas.draw()
+    names = {f.name for f in font_manager.fontManager.ttflist}
+    if not names.intersection(plot._CJK_FONTS):
+        pytest.skip('no Chinese font installed (apt-get install fonts-wqy-microhei)')
+    assert matplotlib.rcParams['font.sans-serif'][0] in plot._CJK_FONTS
+    assert not [w for w in recwarn if 'Glyph' in str(w.message)]
