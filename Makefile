@@ -56,7 +56,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help venv data run test cloud-test lab html clean distclean test-gpu-build
 
-help:  ## this list; EDITION=mxnet|pytorch|all and NOTEBOOKS=... choose the notebooks (README)
+help:  ## this list. EDITION=mxnet|pytorch|all, NOTEBOOKS=...: which notebooks; BUILD=DIR: where run, html write (default build); README: all variables
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "make %-15s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
 venv: $(if $(filter mxnet,$(EDITION)),$(STAMP),$(VENV)/.installed-torch)  ## create/update .venv (NUMPY=2: numpy 2)
@@ -89,10 +89,14 @@ data: venv  ## find, install (Debian's package, as root) or download Fashion-MNI
 	  dataset-fashion-mnist; }; } >/dev/null 2>&1 || echo "no data package; the loader downloads the data"; }
 	$(PY) -m d2lzh.data
 
-run: data  ## execute the notebooks into build/run/<edition>/, summary in build/run/summary.md
+run: data  ## execute the notebooks into build/run/<edition>/; summary and chart: build/run/summary.{md,png,html}
 	$(PY) scripts/run_notebooks.py --build $(BUILD) $(NOTEBOOKS)
 
+# Temporary files (pytest's, the kernels', torch's error files) and the files the notebooks
+# write (d2l.output_dir()) go into one folder, removed when the tests end.
 test: data  ## unit tests of d2lzh + nbval on the notebooks
+	scratch=$$(mktemp -d -t d2lzh-test.XXXXXX) && trap 'rm -rf "$$scratch"' EXIT && \
+	TMPDIR=$$scratch D2LZH_OUTPUT_DIR=$$scratch/output \
 	D2LZH_MAX_EXAMPLES=$${D2LZH_MAX_EXAMPLES:-$(TEST_MAX_EXAMPLES)} $(PY) -m pytest \
 	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  -p no:cacheprovider tests $(NOTEBOOKS)
@@ -116,7 +120,7 @@ test-gpu-build:  ## mxnet-cu112 + CUDA 11 pip packages (2.2 GB) against a stub N
 	$(MAKE) --no-print-directory venv VENV=$(GPU_BUILD_VENV) MXNET_PACKAGE=mxnet-cu112 EDITION=mxnet
 	D2LZH_REQUIRE_GPU_BUILD=1 $(GPU_BUILD_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/test_cuda11.py
 
-clean:  ## remove build/ (BUILD=...)
+clean:  ## remove build/ (or BUILD=DIR)
 	rm -rf $(BUILD)
 
 distclean: clean  ## also remove the venvs

@@ -1,54 +1,59 @@
 """Execute the chapter notebooks top to bottom and summarise what they measured.
 
-Used by ``make run`` (and, with ``--stored``, by ``make html``). Each edition
-and each kind of rendering has its own folder, so no run overwrites another's
-results::
+Used by ``make run`` (and, with ``--stored``, by ``make html``). Each edition and each kind
+of rendering has its own folder, so no run overwrites another's results::
 
-    build/run/summary.md                  every notebook ever run into build/, both editions
+    build/run/summary.md, .png, .html     every notebook run into build/, both editions
+    build/run/history.jsonl               the figures of every successful run, appended
     build/run/<edition>/NAME.ipynb        the executed copy (notebooks/ is never modified)
-    build/run/<edition>/NAME.html         its HTML rendering (math from ./mathjax/)
-    build/run/<edition>/results/NAME.json the run's status, wall time and figures
+    build/run/<edition>/NAME.html         its HTML rendering (MathJax from build/run/mathjax/)
+    build/run/<edition>/NAME/             the files it wrote ($D2LZH_OUTPUT_DIR: traces ...)
+    build/run/<edition>/results/NAME.json the run's wall time and figures (.jsonl: as recorded)
+    build/run/<edition>/NAME.attempt/     a run that failed or was interrupted, as it ended
     build/stored/<edition>/NAME.html      --stored: the stored notebook, not executed
 
-``<edition>`` is the notebook's edition in the registry :mod:`d2lzh.project`
-(for any other notebook: ``pytorch`` in a folder named ``pytorch``, else
-``mxnet``). Without notebooks it runs the MXNet edition's. The summary table lists
-every notebook whose results are in ``build/run/`` (scripts/run_summary.py), with the figures it
-recorded with ``d2l.record`` and what those figures mean on this machine.
-Exits with status 1 if a notebook failed, naming the notebook and the cell as
-Jupyter shows it: ``[4]`` and the first line of its source.
+Nothing is ever lost: a notebook runs into ``NAME.attempt/`` and its results above replace
+the previous ones only when every cell ran; a failed or interrupted (Ctrl-C) run leaves the
+last good results as they were and says where the attempt's output is. The kernel's
+``TMPDIR`` is a folder of its own, removed after the notebook. ``<edition>`` is the
+notebook's edition in the registry :mod:`d2lzh.project` (for any other notebook:
+``pytorch`` in a folder named ``pytorch``, else ``mxnet``); without notebooks it runs the
+MXNet edition's. Exits with 1 if a notebook failed (naming the cell as Jupyter shows it:
+``[4]`` and the first line of its source), 130 when interrupted, 2 for a bad command line.
 
     python scripts/run_notebooks.py [NOTEBOOK ...] [--build build] [--timeout S]
     python scripts/run_notebooks.py --stored [NOTEBOOK ...] [--build build]
 """
 import argparse
-import copy
+import contextlib
 import datetime
 import json
-import logging
 import os
-import re
 import shutil
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES = Path(__file__).resolve().parent / 'html_template'
 sys.path[:0] = [str(ROOT), str(ROOT / 'scripts')]
 from d2lzh import project  # noqa: E402
 from d2lzh.results import read_figures  # noqa: E402
-from run_summary import load_rows, summary_markdown  # noqa: E402
-
-MATHJAX_CONFIG = 'TeX-AMS-MML_HTMLorMML-full,Safe'
-# A chart's title in a cell's source: title='...', set_title(f'...'), suptitle('...').
-CHART_TITLE = re.compile(r"""(?:\btitle\s*=|title\()\s*f?(['"])(.+?)\1""")
+from execute import Progress, cell_label, execute  # noqa: E402,F401 (cell_label: conftest)
+from render_html import ensure_mathjax, notebook_title, render_html  # noqa: E402
+from run_summary import HISTORY, history_entry, load_history, load_rows  # noqa: E402
+from run_summary import summary_lines, write_summary  # noqa: E402
 
 
 class UsageError(Exception):
     """A bad command line; the message is one line that lists the valid choices."""
+
+
+class BuildError(Exception):
+    """The build folder cannot be written; the message is one line: what, where, the fix."""
 
 
 def edition_of(path):
@@ -76,224 +81,207 @@ def check_notebooks(paths):
         seen[key] = p.resolve()
 
 
-# ---------------------------------------------------------------- cells
-def first_line(cell):
-    """The first line of a cell's source that is not blank or an nbval marker."""
-    for line in cell.get('source', '').splitlines():
-        if line.strip() and not re.match(r'\s*#\s*NBVAL_', line):
-            return line.strip()
-    return ''
+def rel(path):
+    """``path`` relative to the working directory where it is inside it (for messages)."""
+    path = Path(path)
+    return os.path.relpath(path) if path.is_relative_to(Path.cwd()) else str(path)
 
 
-def cell_label(cell):
-    """How a cell is named in every message: ``cell [4] "first line"``.
-
-    ``[4]`` is the execution count Jupyter shows beside the cell (``[ ]``
-    when it has none), the text the first line of its source.
-    """
-    count = cell.get('execution_count')
-    return f'cell [{count if count is not None else " "}] "{first_line(cell)}"'
-
-
-def _failing_cell(nb):
-    """The first code cell with an error output (not tagged raises-exception)
-    and the error, or (None, '')."""
-    for cell in nb.cells:
-        if cell.cell_type != 'code':
-            continue
-        tags = cell.metadata.get('tags', [])
-        for out in cell.get('outputs', []):
-            if out.get('output_type') == 'error' and 'raises-exception' not in tags:
-                return cell, f"{out.get('ename')}: {out.get('evalue')}"
-    return None, ''
-
-
-# ---------------------------------------------------------------- HTML
-def _heading(line):
-    """The text of a Markdown heading line without its markup, or None."""
-    m = re.match(r'\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$', line)
-    return re.sub(r'[`*_]', '', m.group(1)).strip() if m else None
-
-
-def notebook_title(nb, default):
-    """The text of the notebook's first Markdown heading, or ``default``."""
-    for cell in nb.cells:
-        if cell.cell_type == 'markdown':
-            for title in map(_heading, cell.source.splitlines()):
-                if title is not None:
-                    return title or default
-    return default
-
-
-def _add_alt_texts(nb):
-    """Give every image output an alt text (in ``output.metadata.d2lzh_alt``):
-    its text/plain form when that says something, else the chart titles in the
-    cell's source (an f-string's fields shown as ``…``), else which cell drew it."""
-    section = notebook_title(nb, '')
-    for cell in nb.cells:
-        if cell.cell_type == 'markdown':
-            headings = [t for t in map(_heading, cell.source.splitlines()) if t is not None]
-            section = headings[-1] if headings else section
-            continue
-        if cell.cell_type != 'code':
-            continue
-        for out in cell.get('outputs', []):
-            data = out.get('data', {})
-            if not any(k in data for k in ('image/png', 'image/jpeg')):
-                continue
-            plain = data.get('text/plain', '')
-            if isinstance(plain, list):
-                plain = ''.join(plain)
-            titles = [re.sub(r'\{[^}]*\}', '…', t) for _, t in CHART_TITLE.findall(cell.source)]
-            if plain and not re.match(r'<(Figure|IPython\.core\.display\.Image) ', plain):
-                alt = plain.strip()
-            elif titles:
-                alt = f'图（{section}）：' + '；'.join(titles)
-            else:
-                alt = f'图：{cell_label(cell)} 画出的图（{section}）'
-            out.setdefault('metadata', {})['d2lzh_alt'] = alt
-
-
-def _mathjax_source():
-    """The MathJax 2 folder of the pinned package jupyter-server-mathjax, or None."""
-    import importlib.util
-    spec = importlib.util.find_spec('jupyter_server_mathjax')
-    if spec is None or not spec.submodule_search_locations:
+def build_error(err, build):
+    """The :class:`BuildError` for an OSError on a file inside ``build``, or None."""
+    name = getattr(err, 'filename', None)
+    if name is None or not Path(os.path.abspath(name)).is_relative_to(build):
         return None
-    static = Path(next(iter(spec.submodule_search_locations))) / 'static'
-    return static if (static / 'MathJax.js').is_file() else None
+    return BuildError(
+        f'cannot write {rel(name)} ({err.strerror or type(err).__name__}): make '
+        f'{rel(build)} a folder you can write (e.g. chmod -R u+w {rel(build)}) or write '
+        'elsewhere with make BUILD=DIR (scripts/run_notebooks.py --build DIR); the results of '
+        'earlier runs are unchanged')
 
 
-def _link_or_copy(src, dst):
-    """Hard-link ``src`` to ``dst`` (no extra disk), or copy it where links fail."""
+def check_writable(folder, build):
+    """Create ``folder`` and a file in it, or raise :class:`BuildError`."""
     try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix='.writable-'):
+            pass
+    except OSError as err:
+        raise (build_error(err, build) or err) from None
 
 
-def ensure_mathjax(folder):
-    """Copy MathJax next to the pages in ``folder`` (once) and return the
-    relative URL the pages load it from.
-
-    Raises:
-        RuntimeError: jupyter-server-mathjax is not installed (the message
-            says how to install it).
-    """
-    source = _mathjax_source()
-    if source is None:
-        raise RuntimeError('the HTML pages need MathJax from the package jupyter-server-mathjax '
-                           '(pinned in requirements.txt): run `make venv` or '
-                           '`.venv/bin/pip install -r requirements.txt`')
-    target = folder / 'mathjax'
-    if not (target / 'MathJax.js').is_file():
-        # Everything but the SVG output (HTML-CSS is the renderer configured).
-        shutil.copytree(source, target, dirs_exist_ok=True, copy_function=_link_or_copy,
-                        ignore=lambda d, names: ['SVG'] if Path(d).name == 'output' else [])
-    return f'mathjax/MathJax.js?config={MATHJAX_CONFIG}'
-
-
-def render_html(nb, dest):
-    """Write ``nb`` as a self-contained HTML page ``dest`` that works offline.
-
-    The page is titled with the notebook's first heading (with "（PyTorch）" added
-    for the PyTorch edition, whose sections share the MXNet titles), loads MathJax from
-    ``mathjax/`` next to it (copied there from the pinned package), loads
-    nothing from a CDN, and every image has an alt text. nbconvert's own
-    warnings (e.g. about missing alt texts) are turned into errors, so none
-    can pass unnoticed.
-    """
-    from nbconvert import HTMLExporter
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    nb = copy.deepcopy(nb)
-    _add_alt_texts(nb)
-    exporter = HTMLExporter(template_name='d2lzh', extra_template_basedirs=[str(TEMPLATES)],
-                            mathjax_url=ensure_mathjax(dest.parent), language_code='zh-CN')
-    warned = []
-
-    class _Collect(logging.Handler):
-        def emit(self, rec):
-            if rec.levelno >= logging.WARNING:
-                warned.append(rec.getMessage())
-
-    handler = _Collect()
-    exporter.log.addHandler(handler)
-    title = notebook_title(nb, dest.stem)
-    if dest.parent.name == 'pytorch':  # the two editions share their section titles
-        title += '（PyTorch）'
+@contextlib.contextmanager
+def sigint_deferred():
+    """Hold a Ctrl-C (SIGINT) until the block has ended, then raise KeyboardInterrupt."""
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
     try:
-        body, _ = exporter.from_notebook_node(nb, resources={'metadata': {'name': title}})
+        yield
     finally:
-        exporter.log.removeHandler(handler)
-    if warned:
-        raise RuntimeError(f'nbconvert warned while rendering {dest.name}: ' + '; '.join(warned))
-    dest.write_text(body, encoding='utf-8')
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
-# ---------------------------------------------------------------- running
+def replace_results(pairs, backup):
+    """Move each ``(new, old)`` of ``pairs`` into place: ``old`` (when there is one) goes to
+    ``backup`` first, ``new`` (when there is one) takes its place. All or nothing: an
+    OSError puts every moved file back before it is raised."""
+    backup.mkdir()
+    done = []  # (new, old, saved or None), to undo in reverse
+    try:
+        for i, (new, old) in enumerate(pairs):
+            saved = None
+            if old.exists():
+                saved = backup / str(i)
+                os.replace(old, saved)
+            done.append((new, old, saved))
+            if new.exists():
+                os.replace(new, old)
+    except OSError:
+        for new, old, saved in reversed(done):
+            if old.exists() and not new.exists():
+                os.replace(old, new)
+            if saved is not None:
+                os.replace(saved, old)
+        raise
+
+
+def _kernel_env(results, output, tmp):
+    env = dict(os.environ, D2LZH_RESULTS=str(results), D2LZH_OUTPUT_DIR=str(output),
+               TMPDIR=str(tmp), PYTHONUNBUFFERED='1')
+    # The kernel must be this interpreter's (the project's venv), whatever PATH says.
+    env['PATH'] = str(Path(sys.executable).parent) + os.pathsep + env.get('PATH', '')
+    return env
+
+
 def run_one(path, build, timeout):
-    """Execute one notebook into ``build/run/<edition>/``.
+    """Execute one notebook into ``build/run/<edition>/NAME.attempt/``; when every cell ran,
+    its results replace the previous ones (see the module's docstring).
 
     Returns:
-        dict: ``notebook`` (the path given), ``edition``, ``name``, ``status``
-        (``'ok'`` or ``'FAILED'``), ``seconds``, ``finished`` (UTC,
-        ``YYYY-MM-DD HH:MM``), ``cpu_cores``, ``figures`` (see ``d2lzh.results.read_figures``)
-        and ``error`` (one line, empty when ok). Also written to
-        ``results/NAME.json``.
+        dict: ``notebook`` (the path given), ``edition``, ``name``, ``title`` (its first
+        heading), ``section`` (the book's, or None), ``status`` (``'ok'`` or ``'FAILED'``),
+        ``seconds``, ``finished`` (UTC, ``YYYY-MM-DD HH:MM``), ``cpu_cores``, ``figures``
+        (see ``d2lzh.results.read_figures``), ``error`` (one line, '' when ok); not saved:
+        ``attempt`` (the folder of a failed attempt) and ``interrupted``.
     """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError
-
     edition, name = edition_of(path), path.stem
-    out_dir = build / 'run' / edition
-    results_dir = out_dir / 'results'
-    results_dir.mkdir(parents=True, exist_ok=True)
-    figures_file = results_dir / f'{name}.jsonl'
-    if figures_file.exists():
-        figures_file.unlink()
-    os.environ['D2LZH_RESULTS'] = str(figures_file)
+    folder = build / 'run' / edition
+    attempt = folder / f'{name}.attempt'
+    shutil.rmtree(attempt, ignore_errors=True)
+    output = attempt / name
+    output.mkdir(parents=True)
+    figures = attempt / f'{name}.jsonl'
     work = nbformat.read(path, as_version=4)
     for cell in work.cells:
         if cell.cell_type == 'code':
             cell.outputs, cell.execution_count = [], None
-    client = NotebookClient(work, timeout=timeout, kernel_name='python3',
-                            resources={'metadata': {'path': str(path.resolve().parent)}})
     start = time.perf_counter()
-    status, error = 'ok', ''
+    tmp = tempfile.mkdtemp(prefix=f'd2lzh-{name}-')  # the kernel's TMPDIR (short: sockets)
     try:
-        client.execute()
-    except (CellExecutionError, CellTimeoutError) as err:
-        cell, what = _failing_cell(work)
-        if cell is None:  # a timeout leaves no error output
-            text = str(err).strip()
-            what = text.splitlines()[-1] if text else type(err).__name__
-            cell = next((c for c in reversed(work.cells) if c.cell_type == 'code'
-                         and c.get('execution_count') is not None), None)
-        status = 'FAILED'
-        where = cell_label(cell) if cell is not None else 'its first cell'
-        error = f'{path} failed in {where}: {what}'
-    except Exception as err:  # kernel died, could not start, ...
-        status, error = 'FAILED', f'{path}: {type(err).__name__}: {err}'
+        error, interrupted = execute(work, path.resolve().parent, timeout,
+                                     _kernel_env(figures, output, tmp), Progress(work))
     finally:
-        del os.environ['D2LZH_RESULTS']
-    seconds = time.perf_counter() - start
-    nbformat.write(work, out_dir / f'{name}.ipynb')
-    (out_dir / f'{name}.html').unlink(missing_ok=True)  # never leave an earlier run's page
-    try:
-        render_html(work, out_dir / f'{name}.html')
-    except Exception as err:  # the run's result counts more than its rendering
-        print(f'  warning: no HTML for {path}: {err}', file=sys.stderr, flush=True)
-    row = {'notebook': str(path), 'edition': edition, 'name': name, 'status': status,
-           'seconds': round(seconds, 1), 'cpu_cores': os.cpu_count(),
+        shutil.rmtree(tmp, ignore_errors=True)
+    entry = project.find(path.resolve().as_posix())
+    row = {'notebook': str(path), 'edition': edition, 'name': name,
+           'title': notebook_title(work, name), 'section': entry and entry.section,
+           'status': 'FAILED' if error else 'ok', 'seconds': round(time.perf_counter() - start, 1),
+           'cpu_cores': os.cpu_count(),
            'finished': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M'),
-           'figures': read_figures(figures_file), 'error': error}
-    (results_dir / f'{name}.json').write_text(json.dumps(row, ensure_ascii=False, indent=1),
-                                              encoding='utf-8')
+           'figures': read_figures(figures), 'error': f'{path} {error}' if error else ''}
+    nbformat.write(work, attempt / f'{name}.ipynb')
+    (attempt / f'{name}.json').write_text(json.dumps(row, ensure_ascii=False, indent=1),
+                                          encoding='utf-8')
+    if not interrupted:  # the page of a failed attempt is read where it is
+        try:
+            render_html(work, attempt / f'{name}.html', path.resolve().parent,
+                        ensure_mathjax(build / 'run'), page_dir=folder if not error else None,
+                        cell_label=cell_label)
+        except (ImportError, RuntimeError, ValueError) as err:  # the run counts more
+            print(f'  warning: no HTML page for {path}: {err}', flush=True)
+    if error:
+        return dict(row, attempt=attempt, interrupted=interrupted)
+    if not any(output.iterdir()):
+        output.rmdir()
+    (folder / 'results').mkdir(exist_ok=True)
+    with sigint_deferred():
+        replace_results([(attempt / f'{name}.ipynb', folder / f'{name}.ipynb'),
+                         (attempt / f'{name}.html', folder / f'{name}.html'),
+                         (attempt / f'{name}.jsonl', folder / 'results' / f'{name}.jsonl'),
+                         (attempt / f'{name}.json', folder / 'results' / f'{name}.json'),
+                         (output, folder / name)], attempt / 'previous')
+        with open(build / 'run' / HISTORY, 'a', encoding='utf-8') as f:
+            f.write(json.dumps(history_entry(row), ensure_ascii=False) + '\n')
+        shutil.rmtree(attempt)
     return row
 
 
-# ---------------------------------------------------------------- main
+def _render_page(build):
+    """``render_page(markdown, dest)`` for the summary page (scripts/run_summary.py)."""
+    def render_page(text, dest):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+        render_html(nb, dest, dest.parent, ensure_mathjax(build / 'run'))
+    return render_page
+
+
+def run_all(notebooks, build, timeout):
+    """Run ``notebooks`` one after the other, write the summary and print its lines.
+    Returns the exit status: 0, 1 (a notebook failed) or 130 (interrupted)."""
+    for edition in sorted({edition_of(p) for p in notebooks}):
+        check_writable(build / 'run' / edition / 'results', build)
+    rows, start = [], time.perf_counter()
+    for path in notebooks:
+        print(f'running {path} ...', flush=True)
+        row = run_one(path, build, timeout)
+        rows.append(row)
+        if row['status'] == 'ok':
+            print(f"  ok in {row['seconds']:.0f} s", flush=True)
+            continue
+        print(f"  {'INTERRUPTED' if row['interrupted'] else 'FAILED'} after "
+              f"{row['seconds']:.0f} s: {row['error']}\n  the attempt's output: "
+              f"{rel(row['attempt'])}/; the results of its last good run are unchanged",
+              flush=True)
+        if row['interrupted']:
+            break
+    if any(r['status'] == 'ok' for r in rows) or not (build / 'run' / 'summary.md').exists():
+        results, history = write_summary(build, _render_page(build))
+    else:  # nothing changed: the summary files stay as they are
+        results, history = load_rows(build), load_history(build)
+    out = rel(build / 'run')
+    print('\n' + '\n'.join(summary_lines(results, history)))
+    print(f'\nThis run: {len(rows)} notebook(s) in {time.perf_counter() - start:.0f} s. '
+          f'Summary of every run kept: {out}/summary.md (chart: summary.png, page: '
+          f'summary.html); executed notebooks and pages: {out}/<edition>/')
+    for r in rows:
+        if r['status'] != 'ok':
+            print(f"FAILED: {r['error']} (output: {rel(r['attempt'])}/)", file=sys.stderr)
+    if rows and rows[-1].get('interrupted'):
+        return 130
+    return 1 if any(r['status'] != 'ok' for r in rows) else 0
+
+
+def render_stored(notebooks, build):
+    """``--stored``: render the stored notebooks to ``build/stored/<edition>/NAME.html``."""
+    for edition in sorted({edition_of(p) for p in notebooks}):
+        check_writable(build / 'stored' / edition, build)
+    mathjax = ensure_mathjax(build / 'stored')
+    for path in notebooks:
+        dest = build / 'stored' / edition_of(path) / f'{path.stem}.html'
+        try:
+            render_html(nbformat.read(path, as_version=4), dest, path.resolve().parent,
+                        mathjax, cell_label=cell_label)
+        except RuntimeError as err:  # nbconvert warned, or a link leads nowhere
+            print(f'error: {path}: {err}', file=sys.stderr)
+            return 1
+        print(f'{path} -> {rel(dest)}')
+    return 0
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('notebooks', nargs='*', type=Path,
@@ -309,39 +297,25 @@ def main(argv=None):
     except UsageError as err:
         print(f'error: {err}', file=sys.stderr)
         return 2
-    # The kernels run in the notebooks' folders: give them absolute paths.
-    build = args.build.resolve()
-    if args.stored:
-        for path in notebooks:
-            dest = build / 'stored' / edition_of(path) / f'{path.stem}.html'
-            render_html(nbformat.read(path, as_version=4), dest)
-            print(f'{path} -> {dest.relative_to(build.parent)}')
-        return 0
-    # The kernel must be this interpreter's (the project's venv), whatever PATH says.
-    os.environ['PATH'] = str(Path(sys.executable).parent) + os.pathsep + os.environ['PATH']
-    os.environ.setdefault('PYTHONUNBUFFERED', '1')
-    rows = []
-    total = time.perf_counter()
-    for path in notebooks:
-        print(f'running {path} ...', flush=True)
-        row = run_one(path, build, args.timeout)
-        print(f"  {row['status']} in {row['seconds']:.0f} s", flush=True)
-        if row['error']:
-            print('  ' + row['error'], flush=True)
-        rows.append(row)
-    total = time.perf_counter() - total
-    summary = summary_markdown(load_rows(build))
-    (build / 'run').mkdir(parents=True, exist_ok=True)
-    (build / 'run' / 'summary.md').write_text(summary, encoding='utf-8')
-    rel = os.path.relpath(build, Path.cwd()) if build.is_relative_to(Path.cwd()) else build
-    print('\n' + summary)
-    print(f'This run: {len(rows)} notebook(s) in {total:.0f} s. Executed notebooks and HTML: '
-          f'{rel}/run/<edition>/, summary of every run kept there: {rel}/run/summary.md')
-    failed = [r for r in rows if r['status'] != 'ok']
-    for r in failed:
-        print('FAILED: ' + r['error'], file=sys.stderr)
-    return 1 if failed else 0
-
+    build = args.build.resolve()  # the kernels run in the notebooks' folders
+    # SIGTERM as Ctrl-C: stop the kernel, keep the results
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        if args.stored:
+            return render_stored(notebooks, build)
+        return run_all(notebooks, build, args.timeout)
+    except BuildError as err:
+        print(f'error: {err}', file=sys.stderr)
+    except OSError as err:
+        if build_error(err, build) is None:
+            raise
+        print(f'error: {build_error(err, build)}', file=sys.stderr)
+    except KeyboardInterrupt:
+        print('interrupted: the results of earlier runs are unchanged', file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 1
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -1,0 +1,187 @@
+"""Execute one notebook in a Jupyter kernel, showing which cell runs and for how long.
+
+Used by ``scripts/run_notebooks.py`` (``make run``). :func:`execute` runs the notebook in a
+thread of its own, so that the main thread can keep the progress line current and take
+Ctrl-C (SIGINT; ``run_notebooks`` turns SIGTERM into the same): it then stops the kernel and
+every process it started, and says so.
+"""
+import os
+import re
+import signal
+import sys
+import threading
+import time
+
+
+def first_line(cell):
+    """The first line of a cell's source that is not blank or an nbval marker."""
+    for line in cell.get('source', '').splitlines():
+        if line.strip() and not re.match(r'\s*#\s*NBVAL_', line):
+            return line.strip()
+    return ''
+
+
+def cell_label(cell):
+    """How a cell is named in every message: ``cell [4] "first line"``.
+
+    ``[4]`` is the execution count Jupyter shows beside the cell (``[ ]``
+    when it has none), the text the first line of its source.
+    """
+    count = cell.get('execution_count')
+    return f'cell [{count if count is not None else " "}] "{first_line(cell)}"'
+
+
+def failing_cell(nb):
+    """The first code cell with an error output (not tagged raises-exception)
+    and the error, or (None, '')."""
+    for cell in nb.cells:
+        if cell.cell_type != 'code':
+            continue
+        tags = cell.metadata.get('tags', [])
+        for out in cell.get('outputs', []):
+            if out.get('output_type') == 'error' and 'raises-exception' not in tags:
+                return cell, f"{out.get('ename')}: {out.get('evalue')}"
+    return None, ''
+
+
+class Progress:
+    """Which cell of how many runs, and for how long.
+
+    On a terminal one line that :meth:`tick` keeps current (tqdm); elsewhere (CI, a pipe) a
+    plain line when a cell starts and another every ``every`` seconds while it runs.
+    """
+
+    def __init__(self, nb, stream=None, every=60):
+        self.stream = stream or sys.stdout
+        self.every = every
+        # code cells that run: ordinal among them (1-based) by index among all cells
+        runs = [i for i, c in enumerate(nb.cells) if c.cell_type == 'code' and c.source.strip()]
+        self.ordinal = {index: n for n, index in enumerate(runs, 1)}
+        self.total = len(runs)
+        self.cell = self.started = None
+        self.number = 0
+        self.begin = self.said = time.perf_counter()
+        self.bar = None
+        if self.stream.isatty():
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.total, file=self.stream, leave=False, dynamic_ncols=True,
+                            bar_format='  {bar:12} {n_fmt}/{total_fmt} cells {elapsed} | {desc}')
+
+    def cell_started(self, cell, cell_index, **_):
+        """nbclient's ``on_cell_execute`` hook (called in the executing thread)."""
+        self.number = self.ordinal.get(cell_index, 0)
+        self.cell, self.started = cell, time.perf_counter()
+        if self.bar is None:
+            self._say(f'cell {self.number}/{self.total} "{first_line(cell)[:100]}"')
+        else:
+            self.bar.n = max(self.number - 1, 0)
+        self.tick()
+
+    def tick(self):
+        """Bring the line up to date (the main thread calls it every second)."""
+        if self.cell is None:
+            return
+        seconds = time.perf_counter() - self.started
+        if self.bar is not None:
+            self.bar.set_description_str(f'cell {self.number}/{self.total}, {seconds:.0f} s: '
+                                         f'"{first_line(self.cell)[:60]}"')
+        elif time.perf_counter() - self.said >= self.every:
+            self._say(f'cell {self.number}/{self.total} still running after {seconds:.0f} s')
+
+    def where(self):
+        """``cell 3/25 "first line" (12 s)``: the cell that runs, or '' before the first."""
+        if self.cell is None:
+            return ''
+        return (f'cell {self.number}/{self.total} "{first_line(self.cell)[:60]}" '
+                f'({time.perf_counter() - self.started:.0f} s)')
+
+    def _say(self, text):
+        self.said = time.perf_counter()
+        print(f'  {text}', file=self.stream, flush=True)
+
+    def close(self):
+        """Remove the updating line (the caller prints the outcome)."""
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _stop_kernel(client, wait=10):
+    """Stop the kernel's process group (it runs in a session of its own): SIGTERM, then
+    SIGKILL after ``wait`` seconds. Returns nothing; a kernel already gone is fine."""
+    provisioner = getattr(getattr(client, 'km', None), 'provisioner', None)
+    pid = getattr(provisioner, 'pid', None)
+    if pid is None:
+        return
+    for sig, seconds in ((signal.SIGTERM, wait), (signal.SIGKILL, wait)):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
+def execute(nb, cwd, timeout, env, progress):
+    """Run every code cell of ``nb`` (in place) in a ``python3`` kernel started in ``cwd``
+    with the environment ``env``; ``timeout`` seconds per cell.
+
+    Returns:
+        (error, interrupted): ``error`` is '' when every cell ran, else one line naming the
+        cell as Jupyter shows it (``cell [4] "first line": ValueError: ...``) or what
+        stopped the kernel; ``interrupted`` is True after Ctrl-C (SIGINT), which stops the
+        kernel and every process in its group.
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name='python3',
+                            resources={'metadata': {'path': str(cwd)}},
+                            on_cell_execute=progress.cell_started)
+    failure = []
+
+    def run():
+        try:
+            client.execute(env=env)
+        except BaseException as err:  # reported by the main thread
+            failure.append(err)
+
+    thread = threading.Thread(target=run, name='notebook', daemon=True)
+    thread.start()
+    interrupted = False
+    try:
+        while thread.is_alive():
+            thread.join(1.0)
+            progress.tick()
+    except KeyboardInterrupt:
+        interrupted = True
+        previous = {s: signal.signal(s, signal.SIG_IGN)  # stopping takes seconds
+                    for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            _stop_kernel(client)
+            thread.join(30)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    finally:
+        progress.close()
+    if interrupted:
+        where = progress.where() or 'its first cell'
+        return f'interrupted (Ctrl-C, SIGINT or SIGTERM) in {where}', True
+    if not failure:
+        return '', False
+    err = failure[0]
+    if isinstance(err, (CellExecutionError, CellTimeoutError)):
+        cell, what = failing_cell(nb)
+        if cell is None:  # a timeout leaves no error output
+            text = str(err).strip()
+            what = text.splitlines()[-1] if text else type(err).__name__
+            cell = next((c for c in reversed(nb.cells) if c.cell_type == 'code'
+                         and c.get('execution_count') is not None), None)
+        return f"failed in {cell_label(cell) if cell is not None else 'its first cell'}: " \
+               f'{what}', False
+    return f'stopped: {type(err).__name__}: {err}', False  # kernel died, did not start ...

@@ -1,0 +1,436 @@
+"""The runner behind ``make run`` and ``make html`` (scripts/run_notebooks.py), its summary
+(scripts/run_summary.py) and the Makefile's checks, on tiny notebooks written here.
+
+Nothing is ever lost (a failed, interrupted or half-replaced re-run leaves the earlier
+results byte-identical), progress, the summary's tags come from the recorded figures, an
+unwritable build folder is one line, every link of every rendered page resolves, and a
+run leaves nothing in the temporary folder.
+"""
+import html
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from d2lzh import project
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / 'scripts'))
+import execute  # noqa: E402
+import run_notebooks  # noqa: E402
+import run_summary  # noqa: E402
+
+PNG_1X1 = ('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAA'
+           'AABJRU5ErkJggg==')
+
+
+def write_nb(path, sources, title=None, text=''):
+    cells = [nbformat.v4.new_code_cell(src) for src in sources]
+    if title:
+        cells.insert(0, nbformat.v4.new_markdown_cell(f'# {title}\n\nSome math: $a^2$. {text}'))
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3',
+                                 'language': 'python'}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+
+
+def runner(args, cwd, **env):
+    return subprocess.run([sys.executable, str(ROOT / 'scripts' / 'run_notebooks.py'), *args],
+                          capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env=dict(os.environ, **env))
+
+
+def results(build):
+    """Every file of a build folder but MathJax and failed attempts: {path: bytes}."""
+    return {p.relative_to(build).as_posix(): p.read_bytes() for p in sorted(build.rglob('*'))
+            if p.is_file() and 'mathjax' not in p.parts
+            and not any(part.endswith('.attempt') for part in p.parts)}
+
+
+# ---------------------------------------------------------------- running
+def test_runner_names_the_failing_cell_as_jupyter_does(tmp_path):
+    bad = tmp_path / 'nbs' / 'bad.ipynb'
+    write_nb(bad, ['x = 1', '# NBVAL_IGNORE_OUTPUT\nraise ValueError(\'boom\')', 'print("never")'])
+    before = bad.read_bytes()
+    out = runner(['--build', 'build', 'nbs/bad.ipynb'], tmp_path)  # relative, as make passes it
+    assert out.returncode == 1, out.stdout + out.stderr
+    # [2]: the execution count Jupyter shows; the first line that is not an nbval marker
+    assert 'nbs/bad.ipynb failed in cell [2] "raise ValueError(\'boom\')": ValueError: boom' \
+        in out.stderr, out.stderr
+    attempt = tmp_path / 'build' / 'run' / 'mxnet' / 'bad.attempt'
+    assert "the attempt's output: build/run/mxnet/bad.attempt/" in out.stdout
+    executed = nbformat.read(attempt / 'bad.ipynb', as_version=4)
+    assert executed.cells[1].execution_count == 2
+    assert (attempt / 'bad.html').is_file()
+    assert not (tmp_path / 'build' / 'run' / 'mxnet' / 'bad.ipynb').exists(), \
+        'a failed run is never a result'
+    assert bad.read_bytes() == before, 'the source notebook is never modified'
+
+
+RERUN = ['import os, time\nimport d2lzh as d2l',
+         "value = float(os.environ.get('VALUE', '2'))\n"
+         "d2l.record('speedup', value, 'x', what='快了', headline=True, spread=(1.5, 9.5))\n"
+         "(d2l.output_dir() / 'trace.json').write_text(str(value))",
+         "if os.environ.get('MODE') == 'fail':\n    raise RuntimeError('boom')",
+         "if os.environ.get('MODE') == 'slow':\n"
+         "    (d2l.output_dir() / 'pid').write_text(str(os.getpid()))\n"
+         "    time.sleep(120)"]
+
+
+def test_failed_and_interrupted_reruns_leave_the_results_byte_identical(tmp_path):
+    write_nb(tmp_path / 'nbs' / '05_x.ipynb', RERUN, title='8.4 多GPU计算')
+    build, args = tmp_path / 'build', ['--build', 'build', 'nbs/05_x.ipynb']
+    folder, attempt = build / 'run' / 'mxnet', build / 'run' / 'mxnet' / '05_x.attempt'
+    out = runner(args, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # progress, plain lines when not on a terminal: which cell of how many
+    assert '  cell 1/4 "import os, time"\n' in out.stdout and 'cell 4/4' in out.stdout
+    assert (folder / '05_x' / 'trace.json').read_text() == '2.0'
+    assert not attempt.exists()
+    good = results(build)
+    assert {'run/mxnet/05_x.ipynb', 'run/mxnet/05_x.html', 'run/mxnet/results/05_x.json',
+            'run/mxnet/results/05_x.jsonl', 'run/mxnet/05_x/trace.json', 'run/history.jsonl',
+            'run/summary.md', 'run/summary.png', 'run/summary.html'} <= set(good)
+
+    out = runner(args, tmp_path, MODE='fail', VALUE='9')
+    assert out.returncode == 1
+    assert "the attempt's output: build/run/mxnet/05_x.attempt/" in out.stdout
+    assert results(build) == good
+    assert (attempt / '05_x' / 'trace.json').read_text() == '9.0'  # the attempt, kept aside
+
+    proc = subprocess.Popen([sys.executable, str(ROOT / 'scripts' / 'run_notebooks.py'), *args],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, MODE='slow', VALUE='7'))
+    pid_file, deadline = attempt / '05_x' / 'pid', time.monotonic() + 120
+    while not pid_file.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stdout + stderr
+    assert 'INTERRUPTED' in stdout and "the attempt's output: build/run/mxnet/05_x.attempt/" \
+        in stdout
+    assert results(build) == good
+    kernel = int(pid_file.read_text())
+    for _ in range(50):  # the kernel was stopped with the run
+        try:
+            os.kill(kernel, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f'the kernel {kernel} outlived the interrupted run')
+
+    out = runner(args, tmp_path, VALUE='3')
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not attempt.exists() and (folder / '05_x' / 'trace.json').read_text() == '3.0'
+    line = '8.4 多GPU计算 ('
+    assert line in out.stdout
+    assert re.search(r'8\.4 多GPU计算 \(\d+ s\): 快了 3x \(1\.5–9\.5\); 2x, 3x in the last 2 runs',
+                     out.stdout), out.stdout
+
+
+def test_a_failure_while_replacing_results_puts_every_file_back(tmp_path, monkeypatch, capsys):
+    """The results are replaced all or nothing: an error in the middle (here the third
+    move of the new files into place) moves back what was moved, and says one line."""
+    write_nb(tmp_path / 'nbs' / '05_x.ipynb', RERUN, title='8.4')
+    monkeypatch.chdir(tmp_path)
+    args = ['--build', 'build', 'nbs/05_x.ipynb']
+    assert run_notebooks.main(args) == 0
+    good = results(tmp_path / 'build')
+    real, calls = os.replace, []
+
+    def flaky(src, dst):
+        if '.attempt' in f'{src}{dst}':
+            calls.append(dst)
+            if len(calls) == 3:
+                raise PermissionError(13, 'Permission denied', str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, 'replace', flaky)
+    monkeypatch.setenv('VALUE', '5')
+    capsys.readouterr()
+    assert run_notebooks.main(args) == 1
+    err = capsys.readouterr().err
+    assert err.count('\n') == 1 and err.startswith('error: cannot write build/run/mxnet/'), err
+    assert 'Permission denied' in err and 'BUILD=DIR' in err
+    assert results(tmp_path / 'build') == good
+
+
+@pytest.mark.parametrize('stored', [False, True])
+def test_an_unwritable_build_folder_is_one_line(tmp_path, stored):
+    write_nb(tmp_path / 'nbs' / 'a.ipynb', ['1'])
+    (tmp_path / 'build').write_text('not a folder')
+    out = runner(['--build', 'build', 'nbs/a.ipynb'] + ['--stored'] * stored, tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.count('\n') == 1, out.stderr
+    assert out.stderr.startswith(f"error: cannot write build/{'stored' if stored else 'run'}/"
+                                 'mxnet') and 'BUILD=DIR' in out.stderr, out.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason='root writes into read-only folders')
+def test_a_read_only_build_folder_is_one_line(tmp_path):
+    write_nb(tmp_path / 'nbs' / 'a.ipynb', ['1'])
+    (tmp_path / 'build').mkdir(mode=0o555)
+    try:
+        out = runner(['--build', 'build', 'nbs/a.ipynb'], tmp_path)
+    finally:
+        (tmp_path / 'build').chmod(0o755)
+    assert out.returncode == 1 and out.stderr.count('\n') == 1, out.stderr
+    assert 'Permission denied' in out.stderr and 'chmod -R u+w build' in out.stderr
+
+
+def test_a_run_leaves_nothing_in_the_temporary_folder(tmp_path):
+    """The kernel's TMPDIR is a folder of its own, removed after the notebook; the files a
+    notebook writes (d2l.output_dir()) go into its folder in build/run/."""
+    probe = f'd2lzh-probe-{os.getpid()}-'
+    write_nb(tmp_path / 'nbs' / 'tmpcheck.ipynb', [
+        'import tempfile\nimport d2lzh as d2l',
+        f"tempfile.mkstemp(prefix='{probe}')\ntempfile.mkdtemp(prefix='{probe}')\n"
+        'print(tempfile.gettempdir())',
+        "(d2l.output_dir() / 'trace.json').write_text('{}')"])
+    system_tmp = Path(tempfile.gettempdir())
+    out = runner(['--build', 'build', 'nbs/tmpcheck.ipynb'], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    left = [p.name for p in system_tmp.iterdir()
+            if p.name.startswith((probe, 'd2lzh-tmpcheck-'))]
+    assert left == []
+    executed = nbformat.read(tmp_path / 'build' / 'run' / 'mxnet' / 'tmpcheck.ipynb',
+                             as_version=4)
+    kernel_tmp = Path(executed.cells[1].outputs[0].text.strip())
+    assert kernel_tmp != system_tmp and not kernel_tmp.exists()
+    assert (tmp_path / 'build' / 'run' / 'mxnet' / 'tmpcheck' / 'trace.json').is_file()
+    assert sorted(p.name for p in (tmp_path / 'nbs').iterdir()) == ['tmpcheck.ipynb']
+
+
+def test_progress_is_one_updating_line_on_a_terminal():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('x = 1'),
+                                         nbformat.v4.new_markdown_cell('text'),
+                                         nbformat.v4.new_code_cell('train()\nmore()')])
+    stream = Terminal()
+    progress = execute.Progress(nb, stream)
+    progress.cell_started(cell=nb.cells[2], cell_index=2)
+    progress.tick()
+    progress.close()
+    text = stream.getvalue()
+    assert 'cell 2/2, 0 s: "train()"' in text and '\r' in text and '\n' not in text.strip()
+
+
+# ---------------------------------------------------------------- summary
+def test_runner_keeps_both_editions_and_never_overwrites(tmp_path):
+    """Same stem in both editions: make run EDITION=all keeps both; a later run of
+    one edition and make html (--stored) leave the other results alone."""
+    mx_nb = tmp_path / 'notebooks' / '01_same.ipynb'
+    pt_nb = tmp_path / 'notebooks' / 'pytorch' / '01_same.ipynb'
+    write_nb(mx_nb, ['import d2lzh as d2l', "d2l.record('speed', 2.5, 'x')"], title='MX title')
+    write_nb(pt_nb, ['import d2lzh as d2l\nfrom d2lzh import results',
+                     'results.note_data_subset(256)',
+                     "d2l.record('test_acc_2dev', 0.11, what='两个设备的测试准确率', "
+                     "tags=['2 个设备 = 同一组 CPU 核心'])",
+                     "d2l.record('epoch_time_1dev', 3.0, 's', note='mean of 2 epochs')"],
+             title='PT title')
+    out = runner(['--build', 'build', 'notebooks/01_same.ipynb',
+                  'notebooks/pytorch/01_same.ipynb'], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    run = tmp_path / 'build' / 'run'
+    for edition in ('mxnet', 'pytorch'):
+        for name in ('01_same.ipynb', '01_same.html', 'results/01_same.jsonl'):
+            assert (run / edition / name).is_file(), (edition, name)
+    summary = (run / 'summary.md').read_text()
+    assert summary.index('## MXNet edition') < summary.index('## PyTorch edition')
+    assert re.search(r'- \[MX title\]\(mxnet/01_same\.html\) \(\d+ s\): speed 2\.5x\n', summary)
+    line = ('两个设备的测试准确率 0.11 [2 个设备 = 同一组 CPU 核心; '
+            'first 256 of 60000 training images]')
+    assert line in summary and line in out.stdout, out.stdout
+    assert '| 01_same | `epoch_time_1dev` | 3 s | first 256 of 60000 training images; ' \
+        'mean of 2 epochs |' in summary
+    # HTML: the notebook's first heading as title, one MathJax for the area, no CDN
+    page = (run / 'pytorch' / '01_same.html').read_text()
+    assert '<title>PT title（PyTorch）</title>' in page
+    assert 'src="../mathjax/MathJax.js?config=' in page and 'cdnjs' not in page
+    assert (run / 'mathjax' / 'config' / 'TeX-AMS-MML_HTMLorMML-full.js').is_file()
+    mx_page = (run / 'mxnet' / '01_same.html').read_bytes()
+
+    # a later run of one edition keeps the other's results and summary lines
+    out = runner(['--build', 'build', 'notebooks/pytorch/01_same.ipynb'], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = (run / 'summary.md').read_text()
+    assert 'speed 2.5x' in summary and '两个设备的测试准确率' in summary
+    assert (run / 'mxnet' / '01_same.html').read_bytes() == mx_page
+    # make html renders the stored notebooks elsewhere; a stored chart gets an alt text
+    nb = nbformat.read(mx_nb, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("chart = dict(title='Speed per device')", outputs=[
+        nbformat.v4.new_output('display_data', data={
+            'image/png': PNG_1X1, 'text/plain': '<Figure size 640x480 with 1 Axes>'})]))
+    nbformat.write(nb, mx_nb)
+    out = runner(['--stored', '--build', 'build', 'notebooks/01_same.ipynb',
+                  'notebooks/pytorch/01_same.ipynb'], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    stored_page = (tmp_path / 'build' / 'stored' / 'mxnet' / '01_same.html').read_text()
+    assert '<title>MX title</title>' in stored_page
+    assert re.findall(r'<img alt="([^"]*)"', stored_page) == ['图（MX title）：Speed per device']
+    assert (tmp_path / 'build' / 'stored' / 'pytorch' / '01_same.html').is_file()
+    assert (run / 'mxnet' / '01_same.html').read_bytes() == mx_page
+
+
+def _figure(value, unit='', **kw):
+    return dict({'value': value, 'unit': unit, 'subset': None, 'gpus': 0, 'note': None,
+                 'what': None, 'tags': [], 'spread': None, 'headline': False}, **kw)
+
+
+def test_summary_tags_come_from_the_recorded_figures(tmp_path):
+    """PyTorch 06's figures: the one-process DDP run and the two-device DataParallel run
+    are tagged by what the notebook recorded, never by their names."""
+    figures = {
+        'ips_ddp1': _figure(40.0, 'images/s', tags=['1 个进程']),
+        'ips_dp2': _figure(35.0, 'images/s', tags=['2 个设备 = 同一组 CPU 核心']),
+        'test_acc_2dev': _figure(0.71, subset=4096),
+        'dp_speedup': _figure(0.9, 'x', what='DataParallel 在 2 个设备上', spread=(0.8, 1.1)),
+        'ddp_speedup': _figure(1.8, 'x', what='DDP 的 2 个进程比 1 个快了', headline=True,
+                               spread=(1.7, 1.9), tags=['2 个进程 = 同一组 CPU 核心'])}
+    assert not hasattr(run_summary, 'figure_tags') and not hasattr(run_summary, 'TWO_DEVICES')
+    assert run_summary.measured_on(figures['ips_ddp1']) == ['1 个进程']
+    assert run_summary.measured_on(figures['ips_dp2']) == ['2 个设备 = 同一组 CPU 核心']
+    assert run_summary.measured_on(figures['test_acc_2dev']) == \
+        ['first 4096 of 60000 training images']
+    assert run_summary.headline(figures)[0] == 'ddp_speedup'
+    row = {'notebook': 'notebooks/pytorch/06_x.ipynb', 'edition': 'pytorch', 'name': '06_x',
+           'title': '8.5 多GPU计算的简洁实现', 'status': 'ok', 'seconds': 61.2, 'cpu_cores': 2,
+           'finished': '2025-01-01 10:00', 'figures': figures, 'error': ''}
+    results = tmp_path / 'build' / 'run' / 'pytorch' / 'results'
+    results.mkdir(parents=True)
+    (results / '06_x.json').write_text(json.dumps(row, ensure_ascii=False))
+    history = [{'edition': 'pytorch', 'name': '06_x', 'figures': {'ddp_speedup': v}}
+               for v in (1.2, 1.75, 1.8)]
+    (tmp_path / 'build' / 'run' / 'history.jsonl').write_text(
+        ''.join(json.dumps(h) + '\n' for h in history))
+    rows, hist = run_summary.write_summary(tmp_path / 'build',
+                                           run_notebooks._render_page(tmp_path / 'build'))
+    lines = run_summary.summary_lines(rows, hist)
+    assert lines == [
+        'PyTorch edition (notebooks/pytorch/): 2 CPU cores, no GPU that PyTorch could use',
+        '  8.5 多GPU计算的简洁实现 (61 s): DDP 的 2 个进程比 1 个快了 1.8x (1.7–1.9) '
+        '[2 个进程 = 同一组 CPU 核心]; 1.2x, 1.75x, 1.8x in the last 3 runs']
+    text = (tmp_path / 'build' / 'run' / 'summary.md').read_text()
+    assert '| 06_x | `ips_dp2` | 35 images/s | 2 个设备 = 同一组 CPU 核心 |' in text
+    assert '| 06_x | `ips_ddp1` | 40 images/s | 1 个进程 |' in text
+    assert '| 0.9x (0.8–1.1: no measurable difference) |' in text
+    assert 'No GPU that PyTorch could use' in text and 'says nothing about two GPUs' in text
+    # the chart: every speed-up, in summary.png and on the summary page
+    assert [i[2] for i in run_summary.speedups(rows)] == ['PyTorch 06_x: dp_speedup',
+                                                         'PyTorch 06_x: ddp_speedup']
+    assert (tmp_path / 'build' / 'run' / 'summary.png').read_bytes()[:4] == b'\x89PNG'
+    page = (tmp_path / 'build' / 'run' / 'summary.html').read_text()
+    assert re.search(r'<img[^>]*src="summary\.png"', page) and '1.2x, 1.75x, 1.8x' in page
+
+
+# ---------------------------------------------------------------- links
+def broken_links(page):
+    """Every link of an HTML page that does not resolve: a relative one to a file that is
+    not there, an anchor without its id, a repository URL to a file not in the checkout.
+    Other absolute URLs are not checked (no network)."""
+    text = page.read_text(encoding='utf-8')
+    ids = {urllib.parse.unquote(html.unescape(i)) for i in re.findall(r'\sid="([^"]*)"', text)}
+    owner, name, branch = project.repository()
+    repo = re.compile(rf'https://github\.com/{owner}/{name}/(?:blob|tree)/{branch}/([^?#]*)')
+    bad = []
+    for url in map(html.unescape, re.findall(r'\s(?:href|src)="([^"]*)"', text)):
+        if url.startswith('data:'):
+            continue
+        if url.startswith('#'):
+            ok = urllib.parse.unquote(url[1:]) in ids
+        elif repo.match(url):
+            ok = (ROOT / urllib.parse.unquote(repo.match(url).group(1))).exists()
+        elif re.match(r'^([A-Za-z][A-Za-z0-9+.-]*:|//)', url):
+            continue
+        else:
+            path = urllib.parse.unquote(re.split(r'[?#]', url)[0])
+            ok = not url.startswith('/') and (page.parent / path).exists()
+        if not ok:
+            bad.append(url)
+    return bad
+
+
+def test_every_link_of_every_rendered_page_resolves(tmp_path):
+    """The stored notebooks of both editions as make html renders them, a run's pages, a
+    failed attempt's page and the summary page: every link resolves."""
+    (tmp_path / 'docs').mkdir()
+    (tmp_path / 'docs' / 'figures.md').write_text('# figures')
+    links = '[来源](../docs/figures.md)，[上一节](01_other.ipynb#练习)，[本节](#Links)'
+    write_nb(tmp_path / 'notebooks' / '01_other.ipynb', ['1'], title='Other')
+    write_nb(tmp_path / 'notebooks' / '02_links.ipynb', ['x = 1'], title='Links', text=links)
+    write_nb(tmp_path / 'notebooks' / 'pytorch' / '03_fails.ipynb', ['1 / 0'], title='Fails',
+             text=links.replace('../docs', '../../docs').replace('01_', '../01_')
+             .replace('#Links', '#Fails'))
+    out = runner(['--build', 'build', 'notebooks/02_links.ipynb',
+                  'notebooks/pytorch/03_fails.ipynb'], tmp_path)
+    assert out.returncode == 1 and 'warning' not in out.stdout, out.stdout + out.stderr
+    stored = [str(ROOT / p) for p in project.notebooks('all')]
+    out = runner(['--stored', '--build', 'build', *stored], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pages = [p for p in (tmp_path / 'build').rglob('*.html') if 'mathjax' not in p.parts]
+    assert len(pages) == len(stored) + 3  # + 02_links, 03_fails' attempt, the summary
+    assert {p.relative_to(tmp_path / 'build').as_posix(): broken_links(p) for p in pages
+            if broken_links(p)} == {}
+    page = (tmp_path / 'build' / 'run' / 'mxnet' / '02_links.html').read_text()
+    assert 'href="../../../docs/figures.md"' in page
+
+
+def test_a_link_that_leads_nowhere_stops_make_html_with_one_line(tmp_path):
+    write_nb(tmp_path / 'nbs' / 'a.ipynb', ['1'], title='A', text='[x](../docs/missing.md)')
+    out = runner(['--stored', '--build', 'build', 'nbs/a.ipynb'], tmp_path)
+    assert out.returncode == 1 and out.stderr.count('\n') == 1, out.stderr
+    assert 'links to what does not exist: ../docs/missing.md' in out.stderr
+
+
+# ---------------------------------------------------------------- command line and make
+@pytest.mark.parametrize('args, message', [
+    (['nbs/nope.ipynb'], 'error: not a notebook: nbs/nope.ipynb; valid: notebooks/'),
+    (['a/x.ipynb', 'b/x.ipynb'], 'would both write build/run/mxnet/x.*')])
+def test_runner_refuses_bad_notebooks_in_one_line(tmp_path, args, message):
+    for name in ('a/x.ipynb', 'b/x.ipynb'):
+        write_nb(tmp_path / name, ['1'])
+    out = runner(['--build', 'build', *args], tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.count('\n') == 1 and message in out.stderr, out.stderr
+    assert not (tmp_path / 'build').exists()
+
+
+def test_make_stops_at_bad_notebooks_or_edition_first(tmp_path):
+    """Checked before the venv and the data: nothing is built, one line names the choices."""
+    for args, expected in [
+            (['EDITION=nope'], 'EDITION=nope is not valid: use EDITION=mxnet'),
+            (['NOTEBOOKS=notebooks/nope.ipynb'],
+             ('NOTEBOOKS: notebooks/nope.ipynb is not a notebook of this project; valid: '
+              'notebooks/01_use-gpu.ipynb')),
+            (['EDITION=mxnet', 'NOTEBOOKS=notebooks/pytorch/01_use-gpu.ipynb'],
+             'is in the PyTorch edition but EDITION=mxnet: use EDITION=pytorch or EDITION=all'),
+            (['EDITION=pytorch', 'NOTEBOOKS=notebooks/01_use-gpu.ipynb'],
+             'is in the MXNet edition but EDITION=pytorch: use EDITION=mxnet or EDITION=all'),
+            # forgot NOTEBOOKS=: a hint, not a run of every notebook
+            (['notebooks/02_hybridize.ipynb'],
+             'notebooks/02_hybridize.ipynb is not a make target: '
+             'use make run NOTEBOOKS=notebooks/02_hybridize.ipynb')]:
+        out = subprocess.run(['make', '-C', str(ROOT), 'run', 'VENV=' + str(tmp_path / 'venv'),
+                              'BUILD=' + str(tmp_path / 'build'), *args],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0
+        lines = [ln for ln in out.stdout.splitlines() + out.stderr.splitlines()
+                 if ln.strip() and 'Entering directory' not in ln and 'Leaving directory' not in ln]
+        assert len(lines) == 1 and expected in lines[0], lines
+    assert not (tmp_path / 'venv').exists() and not (tmp_path / 'build').exists()
