@@ -82,11 +82,14 @@ $(STAMP): $(REQUIREMENTS) pyproject.toml
 	$(PIP) install --no-deps --no-build-isolation -e .
 	@touch $@
 
-data: venv  ## find, install (Debian's package, as root) or download Fashion-MNIST and verify it
-	@$(PY) -c 'import d2lzh.data as d; d.find_fashion_mnist(download=False)' >/dev/null 2>&1 || \
-	{ command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && echo "installing dataset-fashion-mnist" && \
-	  { apt-get install -y -q dataset-fashion-mnist || { apt-get update -q && apt-get install -y -q \
-	  dataset-fashion-mnist; }; } >/dev/null 2>&1 || echo "no data package; the loader downloads the data"; }
+# Debian's packages, installed as root where missing: the data, and a Chinese font for the charts
+DEBIAN_PACKAGES := dataset-fashion-mnist fonts-wqy-microhei
+data: venv  ## find, install (Debian's packages, as root) or download Fashion-MNIST and verify it
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	[ -z "$$missing" ] || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  echo "installing $$missing" && { apt-get install -y -q $$missing || { apt-get update -q && \
+	  apt-get install -y -q $$missing; }; } >/dev/null 2>&1; } || \
+	  echo "not installed: $$missing (the loader downloads the data; charts lack a Chinese font)"
 	$(PY) -m d2lzh.data
 
 run: data  ## execute the notebooks into build/run/<edition>/; summary and chart: build/run/summary.{md,png,html}
