@@ -17,7 +17,7 @@ CPUS = [mx.cpu(i) for i in range(4)]
 # --------------------------------------------------------------------- devices
 
 def test_no_gpu_gives_cpu(monkeypatch):
-    monkeypatch.setattr(dm, '_gpu_cache', [])
+    monkeypatch.setattr(dm, '_working_gpus', lambda: ())
     assert d2l.try_gpu() == mx.cpu()
     assert d2l.try_all_gpus() == [mx.cpu()]
     assert d2l.try_devices(3) == [mx.cpu(0), mx.cpu(1), mx.cpu(2)]
@@ -26,12 +26,15 @@ def test_no_gpu_gives_cpu(monkeypatch):
 def test_unusable_gpu_falls_back_with_a_warning(monkeypatch):
     """A GPU that the build cannot run (here: the CPU build pretending to see
     one) must be probed with a real kernel and skipped with a warning."""
-    monkeypatch.setattr(dm, '_gpu_cache', None)
+    dm._working_gpus.cache_clear()
     monkeypatch.setattr(mx.context, 'num_gpus', lambda: 1)
     monkeypatch.setattr(dm, 'gpu_name', lambda i: 'NVIDIA H100 80GB HBM3')
-    with pytest.warns(RuntimeWarning, match=r'GPU 0 \(NVIDIA H100 80GB HBM3\).*cannot run'):
-        assert d2l.try_gpu() == mx.cpu()
-    assert d2l.try_all_gpus() == [mx.cpu()]  # probed once, remembered
+    try:
+        with pytest.warns(RuntimeWarning, match=r'GPU 0 \(NVIDIA H100 80GB HBM3\).*cannot run'):
+            assert d2l.try_gpu() == mx.cpu()
+        assert d2l.try_all_gpus() == [mx.cpu()]  # probed once, remembered
+    finally:
+        dm._working_gpus.cache_clear()
 
 
 @pytest.mark.parametrize('bad', [0, -1, 1.5, '2', True])
@@ -68,7 +71,7 @@ def test_package_gives_the_book_api_and_imports_mxnet_only_when_used():
 # ------------------------------------------------------------- split_and_load
 
 def test_describe_devices_says_what_runs(monkeypatch):
-    monkeypatch.setattr(dm, '_gpu_cache', [])
+    monkeypatch.setattr(dm, '_working_gpus', lambda: ())
     text = d2l.describe_devices(d2l.try_devices(2), 2)
     assert 'cpu(0), cpu(1)' in text and 'CPU' in text
     short = d2l.describe_devices([mx.gpu(0)], 2)

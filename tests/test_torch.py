@@ -256,16 +256,21 @@ def test_recipe_is_one_immutable_object():
                 or defaults.compile or defaults.momentum or defaults.label_smoothing)
 
 
-@pytest.mark.filterwarnings('ignore:torch.cuda.amp.GradScaler is enabled')  # a CPU build
+def _pretend_amp_works(monkeypatch):
+    """On a CPU build a GradScaler disables itself; let it believe CUDA is there."""
+    monkeypatch.setattr(torch.cuda.amp.common, 'amp_definitely_not_available', lambda: False)
+
+
 @pytest.mark.parametrize('capability, mode', [((7, 5), 'fp16'), ((8, 0), 'bf16'),
                                               ((9, 0), 'bf16')])
 def test_amp_picks_fp16_without_bf16(monkeypatch, capability, mode):
     """A T4 (7.5) has no fast bf16: amp='auto' means fp16 autocast with a GradScaler."""
     import dataclasses
+    _pretend_amp_works(monkeypatch)
     monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda device=None: capability)
     plain = d2l.Recipe()
     step = d2l.TrainStep(_linear_net(), plain, 'cuda:0')
-    assert step.amp == mode and (step.scaler is not None) == (mode == 'fp16')
+    assert step.amp == mode and step.scaler.is_enabled() == (mode == 'fp16')
     assert d2l.TrainStep(_linear_net(), dataclasses.replace(plain, amp='bf16'), 'cuda:0').amp \
         == 'bf16'
     assert d2l.TrainStep(_linear_net(), plain, CPU).amp is None
@@ -273,13 +278,13 @@ def test_amp_picks_fp16_without_bf16(monkeypatch, capability, mode):
         is None
 
 
-@pytest.mark.filterwarnings('ignore:torch.cuda.amp.GradScaler is enabled')  # a CPU build
 def test_fp16_says_that_its_step_is_neither_fused_nor_recorded(monkeypatch):
+    _pretend_amp_works(monkeypatch)
     monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda device=None: (7, 5))
     with pytest.warns(RuntimeWarning, match='neither fused nor recorded'):
         step = d2l.TrainStep(_linear_net(), d2l.FAST, 'cuda:0')
     assert step.amp == 'fp16' and not step.fused_sgd and not step.cuda_graph
-    assert step.scaler is not None
+    assert step.scaler.is_enabled()
 
 
 def test_linear_schedule_per_step():

@@ -1,24 +1,12 @@
 """The MXNet edition: the book API of :mod:`~d2lzh.mxnet.book` (:data:`BOOK_NAMES`, imported on
 first use); beyond the book :mod:`~d2lzh.mxnet.dist` and :mod:`~d2lzh.mxnet.launch`. Importing it
 does not import MXNet: a ps-lite scheduler or server runs its loop inside ``import mxnet``."""
-import importlib
+from ..setup import lazy_names
 
 #: The names of :mod:`d2lzh.mxnet.book` (its ``__all__``).
 BOOK_NAMES = ('mx', 'nd', 'gluon', 'autograd', 'nn', 'gpu_name', 'try_gpu', 'try_all_gpus',
-              'try_devices', 'describe_devices', 'Residual', 'resnet18', 'lenet',
-              'split_and_load', 'allreduce', 'get_params', 'sgd', 'evaluate_accuracy',
-              'FashionMNISTIter', 'load_data_fashion_mnist', 'choose_max_examples',
-              'setup_report')
+              'try_devices', 'describe_devices', 'Residual', 'resnet18', 'lenet', 'split_and_load',
+              'allreduce', 'get_params', 'sgd', 'evaluate_accuracy', 'FashionMNISTIter',
+              'load_data_fashion_mnist', 'choose_max_examples', 'setup_report')
 __all__ = list(BOOK_NAMES)
-
-
-def __getattr__(name):
-    if name not in BOOK_NAMES:
-        raise AttributeError(f"module 'd2lzh.mxnet' has no attribute {name!r}")
-    value = getattr(importlib.import_module('.book', __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(BOOK_NAMES))
+__getattr__, __dir__ = lazy_names(__name__, dict.fromkeys(BOOK_NAMES, __name__ + '.book'))

@@ -1,15 +1,13 @@
 """The MXNet/Gluon helpers the book's chapters call (d2lzh 1.0 API, plus 8.4's ``lenet``), each
-docstring naming its section; importing this module imports MXNet.
-"""
+docstring naming its section; importing this module imports MXNet."""
+import functools
 import os
 import platform
 import warnings
 
 import numpy as np
 
-from .. import checks as _checks
-from .. import data as _data
-from .. import results as _results
+from .. import checks as _checks, data as _data, results as _results
 from ..setup import import_mxnet
 from ..setup.cuda11 import no_gpu_warning
 from ..setup.gpus import GPUQueryError, query_gpus
@@ -20,7 +18,6 @@ from mxnet import autograd, gluon, nd  # noqa: E402, F401 (book names)
 from mxnet.gluon import nn  # noqa: E402
 
 __all__ = list(BOOK_NAMES)
-_gpu_cache = None  # what _working_gpus() found
 
 
 def gpu_name(i):
@@ -31,36 +28,29 @@ def gpu_name(i):
         return f'gpu({i})'
 
 
-def _probe_gpu(i):
-    """Run a real kernel on GPU ``i``; return None if it works, else the reason."""
-    try:
-        a = nd.ones((4, 4), ctx=mx.gpu(i))
-        total = nd.dot(a, a).sum().asscalar()  # launches a kernel and waits for it
-    except mx.base.MXNetError as err:
-        return next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
-    return None if total == 64.0 else f'a 4x4 matrix product gave {total}, expected 64.0'
-
-
+@functools.cache
 def _working_gpus():
-    """Indices of the GPUs where this MXNet build runs a kernel, probed once per process; a GPU
-    that fails (an H100 with ``mxnet-cu112``, whose kernels stop at sm_86) gives a warning."""
-    global _gpu_cache
-    if _gpu_cache is None:
-        _gpu_cache = []
-        count = mx.context.num_gpus()
-        if count == 0 and (message := no_gpu_warning()):  # GPU build, no GPU
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
-        for i in range(count):
-            if (reason := _probe_gpu(i)) is None:
-                _gpu_cache.append(i)
-            else:
-                warnings.warn(
-                    f'GPU {i} ({gpu_name(i)}) is present but MXNet {mx.__version__} cannot '
-                    f'run on it: {reason}. Falling back to the CPU. The mxnet-cu112 build '
-                    'has kernels for sm_50..sm_86 (Maxwell to Ada, e.g. T4, V100, A100, '
-                    'L4) and none for Hopper (H100/H200); use the PyTorch edition there.',
-                    RuntimeWarning, stacklevel=3)
-    return list(_gpu_cache)
+    """Indices (tuple) of the GPUs where this MXNet build runs a kernel, probed once per process;
+    a GPU that fails (an H100 with ``mxnet-cu112``, whose kernels stop at sm_86) gives a warning."""
+    count, gpus = mx.context.num_gpus(), []
+    if count == 0 and (message := no_gpu_warning()):  # GPU build, no GPU
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    for i in range(count):
+        try:
+            a = nd.ones((4, 4), ctx=mx.gpu(i))
+            total = nd.dot(a, a).sum().asscalar()  # launches a kernel and waits for it
+            reason = None if total == 64.0 else f'a 4x4 matrix product gave {total}, not 64.0'
+        except mx.base.MXNetError as err:
+            reason = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+        if reason is None:
+            gpus.append(i)
+        else:
+            warnings.warn(
+                f'GPU {i} ({gpu_name(i)}) is present but MXNet {mx.__version__} cannot run on '
+                f'it: {reason}. Falling back to the CPU. The mxnet-cu112 build has kernels for '
+                'sm_50..sm_86 (Maxwell to Ada, e.g. T4, V100, A100, L4) and none for Hopper '
+                '(H100/H200); use the PyTorch edition there.', RuntimeWarning, stacklevel=3)
+    return tuple(gpus)
 
 
 def try_gpu(i=0):
@@ -267,15 +257,13 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
 
 
 def choose_max_examples(cpu_default, gpu_available=None):
-    """:func:`d2lzh.results.choose_max_examples` (int or None for all, printed; ValueError for
-    a bad value), ``gpu_available`` defaulting to whether MXNet can run a kernel on a GPU."""
+    """:func:`d2lzh.results.choose_max_examples`; ``gpu_available`` default: MXNet runs on a GPU."""
     return _results.choose_max_examples(
         cpu_default, bool(_working_gpus()) if gpu_available is None else gpu_available)
 
 
 def setup_report():
-    """Print the versions and the devices this notebook runs with, saying plainly when there
-    is no working GPU. Returns None."""
+    """Print the versions and devices this notebook runs with, plainly when no GPU works."""
     print(f'Python {platform.python_version()}, MXNet {mx.__version__}, numpy {np.__version__}, '
           f'CPU cores: {os.cpu_count()}')
     if gpus := _working_gpus():

@@ -1,12 +1,7 @@
-"""Every process of an MXNet parameter-server job (beyond the book; docs/multi-machine.md).
-
-:mod:`d2lzh.mxnet.launch` starts it once per process, ``DMLC_ROLE`` saying which: a scheduler
-or server runs ps-lite's loop inside ``import mxnet``; a worker trains 8.4's LeNet on its shard
-with ``gluon.Trainer(..., kvstore='dist_sync')`` (:func:`train`) and writes its result to
-``--out``. Without ``DMLC_ROLE`` it trains alone: the reference the job must reproduce. Every
-process drops ``$PORT`` (ps-lite would bind every process to it) and runs
-:func:`d2lzh.jobs.watch`; ``--fault KIND:RANK:STEP`` makes a worker fail on purpose.
-"""
+"""Every process of an MXNet parameter-server job (beyond the book; docs/multi-machine.md),
+started by :mod:`d2lzh.mxnet.launch`, ``DMLC_ROLE`` saying which: a scheduler or server runs
+ps-lite's loop inside ``import mxnet``; a worker trains 8.4's LeNet on its shard (:func:`train`)
+and writes its result to ``--out``; without ``DMLC_ROLE`` it trains alone, the reference."""
 import argparse
 import contextlib
 import itertools
@@ -50,16 +45,13 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
     With a ``'dist_*'`` ``kvstore`` this process trains on its shard (``kv.rank`` of
     ``kv.num_workers``; ``num_workers``: None or the same) via :func:`d2lzh.jobs.inject_faults`;
     else on the global minibatch of ``num_workers`` (default 1): the reference. ``batch_size``
-    is per worker and step; ``max_steps`` None or >= 0; ``max_examples``, ``root``, ``seed``:
-    data subset, folder, initialisation and order. ``step_batch='local'`` calls
+    is per worker and step; ``max_steps`` None or >= 0. ``step_batch='local'`` calls
     ``trainer.step(batch_size)``, not ``(batch_size * num_workers)``: a common mistake; as the
     servers sum W gradients, plain SGD then trains as one process with W times ``lr``. Returns a
-    dict: ``params`` (float32 numpy arrays), ``names``, ``rank``, ``num_workers``, ``kvstore``,
-    ``steps``, ``global_batch``, ``losses`` (mean per step), ``compute_s``, ``step_s`` (seconds:
-    forward + backward; ``trainer.step`` with communication), ``param_bytes``, ``lr``,
-    ``step_batch``. Raises ValueError for an invalid argument, RuntimeError for the fault
-    ``$D2LZH_FAULT`` asks for.
-    """
+    dict of ``params`` (float32 numpy arrays), ``names``, ``rank``, ``num_workers``, ``steps``,
+    ``global_batch``, ``losses`` (per step), ``compute_s``, ``step_s`` (s: forward + backward;
+    ``trainer.step``), ``param_bytes``, ``kvstore``, ``lr``, ``step_batch``. ValueError: an
+    invalid argument; RuntimeError: the fault ``$D2LZH_FAULT`` asks for."""
     from .book import lenet
     mx = import_mxnet()
     from mxnet import autograd, gluon, nd
@@ -134,10 +126,9 @@ def load_result(folder, name):
 
 
 def _parser():
-    p = argparse.ArgumentParser(
-        prog='python -m d2lzh.mxnet.dist',
-        description='Every process of an MXNet parameter-server job (role from $DMLC_ROLE); '
-                    'workers train LeNet. Start it with python -m d2lzh.mxnet.launch.')
+    p = argparse.ArgumentParser(prog='python -m d2lzh.mxnet.dist', description='Every process '
+                                'of an MXNet parameter-server job (role from $DMLC_ROLE); workers '
+                                'train LeNet. Start it with python -m d2lzh.mxnet.launch.')
     add = p.add_argument
     add('--kvstore', default='dist_sync', choices=['dist_sync', 'dist_async'])
     add('--batch-size', type=int, default=64, help='examples per worker and step')
@@ -155,9 +146,8 @@ def _parser():
     add('--out', help='folder for worker-<rank>.npz/.json')
     add('--timeout', type=float, default=float(os.environ.get(TIMEOUT_ENV) or 0),
         help=f'end this process after this many seconds (default ${TIMEOUT_ENV}; 0: never)')
-    add('--fault', metavar='KIND:RANK:STEP',
-        help=f'sets ${jobs.FAULT_ENV}: raise:1:3 makes worker rank 1 raise before its minibatch '
-             '3 (from 0), kill:1:3 SIGKILLs it')
+    add('--fault', metavar='KIND:RANK:STEP', help=f'sets ${jobs.FAULT_ENV}: raise:1:3 makes worker '
+        'rank 1 raise before its minibatch 3 (from 0), kill:1:3 SIGKILLs it')
     return p
 
 
@@ -167,10 +157,9 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     if args.fault is not None:
         try:
-            jobs.Fault.parse(args.fault)
+            os.environ[jobs.FAULT_ENV] = str(jobs.Fault.parse(args.fault) or '')
         except ValueError as err:
             raise SystemExit(f'--fault: {err}') from None
-        os.environ[jobs.FAULT_ENV] = args.fault
     role = os.environ.get('DMLC_ROLE')
     if role not in (None, *ROLES):
         raise SystemExit(f'DMLC_ROLE={role!r} is not valid: it must be one of {", ".join(ROLES)}')

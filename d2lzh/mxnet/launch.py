@@ -1,15 +1,11 @@
 """MXNet's launcher with a deadline, ending the whole job when one process fails (beyond the
 book; docs/multi-machine.md): ``python -m d2lzh.mxnet.launch --host ADDRESS --timeout SECONDS
 [--grace SECONDS] ARGS`` runs ``mxnet.tools.launch ARGS`` (not importing MXNet) with
-:func:`patch_dmlc_tracker` and a :class:`Supervisor`. ps-lite never notices a dead peer; here
-the launcher names the failed process (role, kv.rank, task or host, pid, exit status, recorded
-error), stops every process group (SIGTERM, SIGKILL ``--grace`` s later) and exits with 1 (124
-at the deadline, 128+N on signal N). Its processes get ``$D2LZH_LAUNCHER_PID`` and a deadline.
-"""
+:func:`patch_dmlc_tracker` and a :class:`Supervisor`: ps-lite never notices a dead peer, so
+this launcher names a failed process and stops every process group (:func:`main`)."""
 import argparse
 import contextlib
 import functools
-import importlib
 import importlib.util
 import json
 import logging
@@ -36,8 +32,7 @@ def _say(msg):
 class TrackerThread(threading.Thread):
     """A Thread with dmlc's ``isAlive()`` (gone in Python 3.9) and ``setDaemon()`` (deprecated)."""
 
-    def isAlive(self):  # noqa: N802 (dmlc_tracker's spelling)
-        return self.is_alive()
+    isAlive = threading.Thread.is_alive  # noqa: N815 (dmlc_tracker's spelling)
 
     def setDaemon(self, daemonic):  # noqa: N802 (dmlc_tracker's spelling)
         self.daemon = daemonic
@@ -46,9 +41,9 @@ class TrackerThread(threading.Thread):
 def patch_dmlc_tracker(host=None, supervisor=None):
     """Make MXNet 1.9.1's ``dmlc_tracker`` work on Python 3.10-3.13, bound to ``host`` (str:
     where the scheduler listens; None: dmlc's guess, which turns ``127.x`` into eth0's address).
-    Patches its modules' ``Thread``, ``get_host_ip``, ``subprocess`` (by ``supervisor``) and the
-    scheduler's port search, which let two jobs started together both take 9091: it now starts
-    at a random port. Returns ``dmlc_tracker.tracker``; ImportError without it (mxnet's wheel)."""
+    Patches its ``Thread``, ``get_host_ip``, ``subprocess`` (by ``supervisor``) and the port
+    search (from a random port: two jobs started together both took 9091). Returns
+    ``dmlc_tracker.tracker``; ImportError without it (mxnet's wheel)."""
     tracker = importlib.import_module('dmlc_tracker.tracker')
     for name in ('tracker', 'local', 'ssh', 'mpi', 'slurm', 'sge'):
         try:
@@ -77,8 +72,7 @@ def _role_of(args, env):
     if env.get('DMLC_ROLE'):
         return env['DMLC_ROLE'], None
     text = args if isinstance(args, str) else ' '.join(map(str, args))
-    role = re.search(r'DMLC_ROLE[= ](scheduler|server|worker)\b', text)
-    if role is None:
+    if (role := re.search(r'DMLC_ROLE[= ](scheduler|server|worker)\b', text)) is None:
         return None, None
     host = re.search(r'^ssh .*?StrictHostKeyChecking=no (\S+) -p', text)
     return role.group(1), f'via ssh on {host.group(1)}' if host else text.split()[0]
@@ -155,37 +149,25 @@ class Supervisor:
         """SIGTERM every child's process group, SIGKILL what is left after ``grace`` s."""
         with self.changed:
             self.stopping, children = True, list(self.children)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+
+        def signal_groups(sig):  # returns how many groups were there to receive it
+            there = 0
             for child in children:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(child.pid, sig)
-            end = time.monotonic() + grace
-            while sig == signal.SIGTERM and time.monotonic() < end and any(
-                    _group_alive(c.pid) for c in children):
-                time.sleep(0.05)
+                    there += os.killpg(child.pid, sig) is None
+            return there
+        signal_groups(signal.SIGTERM)
+        end = time.monotonic() + grace
+        while time.monotonic() < end and signal_groups(0):
+            time.sleep(0.05)
+        signal_groups(signal.SIGKILL)
         for child in children:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=grace)
 
 
-def _group_alive(pgid):
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        return os.killpg(pgid, 0) is None
-    return False
-
-
-def _load_mxnet_launch():
-    """MXNet's ``tools/launch.py`` as a module namespace, without importing MXNet."""
-    spec = importlib.util.find_spec('mxnet')
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit('MXNet is not installed: python -m d2lzh.setup.install mxnet')
-    path = os.path.join(list(spec.submodule_search_locations)[0], 'tools', 'launch.py')
-    if not os.path.exists(path):
-        raise SystemExit(f'MXNet is installed without its launcher tools/launch.py ({path})')
-    return runpy.run_path(path, run_name='mxnet_tools_launch')
-
-
-def _parser():
+def _parse(argv):
+    """(parser, our options, which come first; mxnet.tools.launch's and its command's)."""
     p = argparse.ArgumentParser(
         prog='python -m d2lzh.mxnet.launch', add_help=False,
         description="MXNet's launcher (python -m mxnet.tools.launch ARGS) with a deadline, "
@@ -196,30 +178,28 @@ def _parser():
     add('--timeout', type=float, help='end the whole job after this many seconds (required)')
     add('--grace', type=float, default=3.0, help='seconds from SIGTERM to SIGKILL (default 3)')
     add('-h', '--help', action='store_true')
-    return p
-
-
-def _split(argv):
-    """(our options, which come first; mxnet.tools.launch's and its command's, maybe --timeout)."""
-    i = 0
+    i = 0  # the command's own options (a worker's --timeout) are not ours
     while i < len(argv) and argv[i].split('=', 1)[0] in ('--host', '--timeout', '--grace',
                                                          '-h', '--help'):
         i += 1 if '=' in argv[i] or argv[i] in ('-h', '--help') else 2
-    return argv[:i], argv[i:]
+    return p, p.parse_args(argv[:i]), argv[i:]
 
 
 def main(argv=None):
     """Returns 0 (all finished), 1 (one failed), 124 (deadline), 128+N (signal N), 2 (usage)."""
-    parser = _parser()
-    ours, rest = _split(list(sys.argv[1:] if argv is None else argv))
-    ours = parser.parse_args(ours)
-    namespace = _load_mxnet_launch()
+    parser, ours, rest = _parse(list(sys.argv[1:] if argv is None else argv))
+    spec = importlib.util.find_spec('mxnet')  # MXNet's tools/launch.py, not importing MXNet
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit('MXNet is not installed: python -m d2lzh.setup.install mxnet')
+    path = os.path.join(list(spec.submodule_search_locations)[0], 'tools', 'launch.py')
+    if not os.path.exists(path):
+        raise SystemExit(f'MXNet is installed without its launcher tools/launch.py ({path})')
+    namespace = runpy.run_path(path, run_name='mxnet_tools_launch')
     if ours.help:
         parser.print_help()
         print('\nArguments of mxnet.tools.launch:\n')
         sys.argv = ['python -m mxnet.tools.launch', '--help']
-        namespace['main']()
-        return 0
+        namespace['main']()  # argparse prints the help and exits with 0
     if ours.host is None or ours.timeout is None or ours.timeout <= 0:
         parser.print_usage(sys.stderr)
         _say('error: give --host ADDRESS (127.0.0.1 for one machine) and --timeout SECONDS '
@@ -248,7 +228,6 @@ def main(argv=None):
         sys.argv = ['python -m mxnet.tools.launch', *rest]
         try:
             namespace['main']()
-            outcome['code'] = 0
         except SystemExit as err:  # argparse errors in mxnet.tools.launch
             outcome['code'] = err.code if isinstance(err.code, int) else 2
         except BaseException as err:  # noqa: B902
@@ -271,8 +250,7 @@ def main(argv=None):
 
 def _supervise(supervisor, thread, outcome, received, ours):
     """Wait for a failure, a signal, the deadline or the end; say which; stop all; exit status."""
-    start = time.monotonic()
-    deadline = start + ours.timeout
+    deadline = (start := time.monotonic()) + ours.timeout
     with supervisor.changed:
         while True:
             failed = next((c for c in supervisor.children if c.poll() not in (None, 0)), None)
@@ -296,8 +274,7 @@ def _supervise(supervisor, thread, outcome, received, ours):
         _say(f'deadline of {ours.timeout:g} s passed; still running: {names}. '
              'Stopping every process.')
         code = 124
-    elif outcome.get('code'):
-        code = outcome['code']
+    elif code := outcome.get('code'):
         _say(f'mxnet.tools.launch failed ({outcome.get("error") or describe_exit(code)})')
     else:
         roles = [c.role for c in supervisor.children]

@@ -6,8 +6,7 @@ the MXNet build that fits the machine (:mod:`~d2lzh.setup.install`); (2) load a 
 CUDA 11 libraries (:mod:`~d2lzh.setup.cuda11`); (3) restore the numpy names and ``distutils``
 MXNet 1.9.1 needs (:mod:`~d2lzh.setup.numpy2`). At ``import torch`` only (1) runs, so the
 PyTorch edition never pays for (2)-(3). A failing step raises its ImportError (cause and fix)
-from that ``import`` and runs again at the next. The book never imports the installer.
-"""
+from that ``import`` and runs again at the next. The book never imports the installer."""
 import importlib
 import os
 import sys
@@ -84,6 +83,20 @@ def enabled():
 def disable():
     """Switch installation at import off; MXNet's import is still prepared. Returns None."""
     _hook.install = False
+
+
+def lazy_names(module, names):
+    """PEP 562 ``(__getattr__, __dir__)`` for the module named ``module``: each of ``names``
+    (name -> the module that defines it) is imported at its first use, so that importing a book
+    namespace imports no framework. Other names raise AttributeError."""
+    def __getattr__(name):
+        if name not in names:
+            raise AttributeError(f'module {module!r} has no attribute {name!r}')
+        return getattr(importlib.import_module(names[name]), name)
+
+    def __dir__():
+        return sorted(set(vars(sys.modules[module])) | set(names))
+    return __getattr__, __dir__
 
 
 def import_mxnet():

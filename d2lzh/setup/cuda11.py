@@ -3,10 +3,8 @@
 ``mxnet-cu112`` 1.9.1 links against the CUDA 11.2-era runtime, which cloud notebooks (CUDA 12
 driver, torch's cu12 libraries) and driver-only servers lack. NVIDIA's pip packages
 (:data:`PACKAGES`) go into a folder of their own (:func:`target_dir`), never over torch (their
-nccl and nvtx files collide with torch's cu12 ones). No loader looks there, so :func:`preload`
-(step 2 of :mod:`d2lzh.setup`'s import hook) loads them by path, globally, in dependency order
-before MXNet is imported. The NVIDIA driver (``libcuda.so.1``) must come from the machine.
-"""
+nccl and nvtx files collide with torch's cu12 ones); no loader looks there: :func:`preload` (step
+2 of :mod:`d2lzh.setup`'s import hook) loads them. The NVIDIA driver must come from the machine."""
 import ctypes
 import importlib.machinery
 import os
@@ -55,26 +53,23 @@ def gpu_build():
 def preload():
     """If MXNet is a GPU build (:func:`gpu_build`), load the NVIDIA driver, then each library of
     :data:`LIBRARIES` from ``target_dir()/nvidia/<folder>/lib``, else by soname (a system CUDA
-    11), all ``RTLD_GLOBAL``. With pip's libraries, MXNet's warnings that cuDNN 8.9 / CUDA 11.8
-    are not the 8.x / 11.2 it was built with (compatible) are off unless
-    ``MXNET_CUDNN_LIB_CHECKING`` / ``MXNET_CUDA_LIB_CHECKING`` are set. Safe to call many times.
+    11), all ``RTLD_GLOBAL``, once. With pip's libraries, MXNet's warnings that cuDNN 8.9 / CUDA
+    11.8 are not what it was built with (compatible) are off (``MXNET_CUDA_LIB_CHECKING`` ...).
     Returns False when no MXNet is installed (yet), else True. Raises :class:`CudaSetupError`
     without the driver or with a library missing."""
     if importlib.machinery.PathFinder.find_spec('mxnet') is None:   # sys.path's, not hooks'
         return False
-    build = gpu_build()
-    if _handles or build is None:
+    if _handles or (build := gpu_build()) is None:
         return True
     try:
         handles = {DRIVER: ctypes.CDLL(DRIVER, mode=ctypes.RTLD_GLOBAL)}
     except OSError as err:
         raise CudaSetupError(
-            f'{build} is a GPU build of MXNet: it needs the NVIDIA driver '
-            f'({DRIVER}), which this machine does not have ({err}). '
-            'On Colab, Kaggle or Studio Lab, switch the runtime to a GPU; on a server with '
-            'an NVIDIA GPU, install the NVIDIA driver; on a machine without one, use the '
-            'CPU build: `pip uninstall -y mxnet-cu112 && pip install --no-deps mxnet==1.9.1` '
-            '(or `make venv`).') from None
+            f'{build} is a GPU build of MXNet: it needs the NVIDIA driver ({DRIVER}), which this '
+            f'machine does not have ({err}). On Colab, Kaggle or Studio Lab, switch the runtime '
+            'to a GPU; on a server with an NVIDIA GPU, install the NVIDIA driver; on a machine '
+            'without one, use the CPU build: `pip uninstall -y mxnet-cu112 && pip install '
+            '--no-deps mxnet==1.9.1` (or `make venv`).') from None
     missing, from_pip = [], False
     for folder, name in LIBRARIES:
         path = target_dir() / 'nvidia' / folder / 'lib' / name
@@ -101,12 +96,10 @@ def preload():
 def no_gpu_warning():
     """The warning (str) when the GPU build :func:`preload` loaded sees no GPU: the CUDA
     runtime's reason (e.g. ``cudaErrorNoDevice``) and what to do; None otherwise."""
-    cudart = _handles.get('libcudart.so.11.0')
-    if cudart is None:
+    if (cudart := _handles.get('libcudart.so.11.0')) is None:
         return None
     count = ctypes.c_int(0)
-    code = cudart.cudaGetDeviceCount(ctypes.byref(count))
-    if code == 0 and count.value > 0:
+    if (code := cudart.cudaGetDeviceCount(ctypes.byref(count))) == 0 and count.value > 0:
         return None
     if code == 0:
         reason = 'the CUDA runtime reports 0 GPUs'
@@ -114,11 +107,9 @@ def no_gpu_warning():
         cudart.cudaGetErrorName.restype = cudart.cudaGetErrorString.restype = ctypes.c_char_p
         reason = (f'{cudart.cudaGetErrorName(code).decode()}: '
                   f'{cudart.cudaGetErrorString(code).decode()}')
-    if code == 35:  # cudaErrorInsufficientDriver
-        fix = ('Update the NVIDIA driver: the CUDA 11 libraries need 450.80.02 or newer '
-               '(520 or newer, the driver of CUDA 11.8, recommended).')
-    else:
-        fix = ('On a cloud notebook, switch the runtime to a GPU; on a machine without an '
-               'NVIDIA GPU, the CPU build `mxnet` is the one to install.')
+    fix = ('Update the NVIDIA driver: the CUDA 11 libraries need 450.80.02 or newer (520 or '
+           'newer, the driver of CUDA 11.8, recommended).' if code == 35  # InsufficientDriver
+           else 'On a cloud notebook, switch the runtime to a GPU; on a machine without an '
+           'NVIDIA GPU, the CPU build `mxnet` is the one to install.')
     return (f'{gpu_build()} is a GPU build of MXNet but finds no GPU ({reason}). '
             f'Falling back to the CPU. {fix}')

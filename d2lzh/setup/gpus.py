@@ -15,11 +15,10 @@ class GPUQueryError(RuntimeError):
 
 
 def query_gpus(timeout=30):
-    """The NVIDIA GPUs of this machine, in ``nvidia-smi``'s order (index i is ``gpu(i)``):
-    a list of :class:`GPU`, empty without ``nvidia-smi`` (no NVIDIA GPU or driver). A capability
-    that is not a number (``[N/A]``; drivers older than 510 do not know it) is None.
-    ``timeout``: seconds to wait. Raises :class:`GPUQueryError` when ``nvidia-smi`` fails or
-    times out (driver missing or not loaded), with its first line of output."""
+    """The NVIDIA GPUs of this machine, in ``nvidia-smi``'s order (index i is ``gpu(i)``): a
+    list of :class:`GPU`, empty without ``nvidia-smi``; a capability that is not a number
+    (``[N/A]``; drivers older than 510) is None. :class:`GPUQueryError`: ``nvidia-smi`` failed
+    or took over ``timeout`` seconds (driver missing or not loaded), with its first line."""
     exe = shutil.which('nvidia-smi')
     if exe is None:
         return []

@@ -1,14 +1,9 @@
-"""Install the framework build that fits this machine (beyond the book).
-
-A notebook opened alone on a cloud runtime has neither d2lzh nor MXNet. Its setup cell
-pip-installs d2lzh and calls :func:`d2lzh.setup.enable`; its first ``import mxnet`` / ``import
-torch`` then runs :func:`ensure_mxnet` / :func:`ensure_torch`, which install the fitting build
-into the kernel's environment, saying what and why (no restart; numpy and torch never
-downgraded: MXNet, which declares ``numpy<2``, goes in with ``--no-deps``, then ``requests``).
+"""Install the framework build that fits this machine (beyond the book): the first ``import
+mxnet`` / ``import torch`` after :func:`d2lzh.setup.enable` (a notebook's setup cell, on a cloud
+runtime without MXNet) runs :func:`ensure_mxnet` / :func:`ensure_torch`, which install it into
+the kernel's environment, saying what and why (no restart; numpy and torch never downgraded).
 ``python -m d2lzh.setup.install [plan|mxnet|torch|cuda11]`` prints the plan or installs (the
-Makefile's MXNet install, run from the checkout before d2lzh is installed).
-"""
-import importlib
+Makefile's MXNet install, run from the checkout before d2lzh is installed)."""
 import importlib.util
 import os
 import re
@@ -109,20 +104,18 @@ def run_pip(args, what, why=None):
         reason = ([line for line in lines if line.startswith('ERROR')]
                   or [line for line in lines if line.startswith('error')]
                   or lines or [f'pip exited with {result.returncode}'])[0][:300]
-        raise SetupError(
-            f'pip could not install {what}: {reason}\n'
-            'Check that this runtime can reach the package index (Kaggle: Settings > Internet '
-            'on; behind a proxy set HTTPS_PROXY), then run the cell or the command again.')
+        raise SetupError(f'pip could not install {what}: {reason}\nCheck that this runtime can '
+                         'reach the package index (Kaggle: Settings > Internet on; behind a proxy '
+                         'set HTTPS_PROXY), then run the cell or the command again.')
     importlib.invalidate_caches()
     if why is not None:
         print(f'd2lzh: {what} installed in {time.perf_counter() - start:.0f} s')
 
 
 def install_cuda11(target=None):
-    """Install :data:`d2lzh.setup.cuda11.PACKAGES` into ``target`` (default
-    :func:`d2lzh.setup.cuda11.target_dir`), unless it holds this set already; return it
-    (pathlib.Path). pip installs into a folder beside it, renamed into place only when pip
-    succeeded: a failed download leaves nothing behind. Raises :class:`SetupError`."""
+    """Install :data:`d2lzh.setup.cuda11.PACKAGES` into ``target`` (default: ``target_dir()``)
+    unless it holds them already; return it (pathlib.Path). pip fills a folder beside it, renamed
+    into place only when pip succeeded: nothing is left after a failure. :class:`SetupError`."""
     target, wanted = Path(target or cuda11.target_dir()), '\n'.join(cuda11.PACKAGES) + '\n'
     stamp = target / '.d2lzh-packages'
     if stamp.exists() and stamp.read_text() == wanted:
@@ -149,11 +142,10 @@ def _version(name):
 
 
 def ensure_mxnet(notebook=None, verbose=False):
-    """Install the MXNet build that fits this machine unless it is there; return the
-    :class:`Plan`. Prints the plan's warning and what it installs and why (``verbose``: also
-    that nothing was to do). ``notebook``: as for :func:`choose_mxnet` (default: the running
-    notebook, where Jupyter tells it). Raises :class:`SetupError` when pip fails or another
-    MXNet build is imported in this kernel already (restart it, run again)."""
+    """Install the MXNet build that fits this machine unless it is there; return the :class:`Plan`.
+    Prints its warning and what it installs and why (``verbose``: also that nothing was to do).
+    ``notebook``: as for :func:`choose_mxnet` (default: the running notebook, if Jupyter tells).
+    :class:`SetupError`: pip failed, or another MXNet build is imported in this kernel already."""
     names = (notebook, getattr(sys.modules.get('__main__'), '__session__', None),
              os.environ.get('JPY_SESSION_NAME'))   # JupyterLab and VS Code tell it
     notebook = next((Path(str(n)).name for n in names if n and str(n).endswith('.ipynb')), notebook)
@@ -206,8 +198,7 @@ def ensure_torch():
 
 
 def main(argv=None):
-    """The command line (module docstring). Returns the exit status: 0, 1 (the reason printed
-    in one line), 2 (a wrong argument)."""
+    """The command line (module docstring): exit status 0, 1 (the reason printed) or 2 (usage)."""
     what = (sys.argv[1:] if argv is None else list(argv)) or ['plan']
     if what not in (['plan'], ['mxnet'], ['torch'], ['cuda11']):
         print('usage: python -m d2lzh.setup.install [plan|mxnet|torch|cuda11]: the MXNet build '

@@ -1,18 +1,15 @@
 """The PyTorch edition, ``from d2lzh import torch as d2l``: the names of :mod:`d2lzh.mxnet`
-with PyTorch semantics. Modules: ``book`` (the book's API), ``data`` (Fashion-MNIST
-iterators), ``train`` (the book's loop, 8.5), ``recipe`` (the fast path: ``train_fast`` as
-a ``Recipe`` says; ``FAST``), ``ddp`` (the torchrun worker) and ``launch`` (``run_ddp``,
+with PyTorch semantics, from ``book``, ``data`` (iterators), ``train`` (the book's loop),
+``recipe`` (the fast path), ``ddp`` (the torchrun worker) and ``launch`` (``run_ddp``,
 ``measure_allreduce``); the last two are imported at the first use of their names, so that
-``python -m d2lzh.torch.ddp`` runs cleanly.
-"""
-import importlib
-
+``python -m d2lzh.torch.ddp`` runs cleanly."""
 import torch  # noqa: F401  (part of this module's API: d2l.torch)
 import torch.nn.functional as F  # noqa: F401
 from torch import nn  # noqa: F401
 
 from ..plot import bar_chart, set_figsize, timeline  # noqa: F401
 from ..results import load_reference, output_dir, record  # noqa: F401
+from ..setup import lazy_names
 from ..timing import Benchmark, Timer, speedup  # noqa: F401
 from .book import *  # noqa: F401,F403
 from .book import __all__ as _book
@@ -27,14 +24,4 @@ __all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'record', 'outpu
            'load_reference', 'bar_chart', 'set_figsize', 'timeline', *_book, 'FashionMNISTIter',
            'ShardIter', 'load_data_fashion_mnist', 'choose_max_examples', 'train',
            'train_data_parallel', 'Recipe', 'FAST', 'TrainStep', 'train_fast', *_LAZY]
-
-
-def __getattr__(name):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'd2lzh.torch' has no attribute {name!r}")
-    globals()[name] = value = getattr(importlib.import_module(_LAZY[name]), name)
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -35,11 +35,9 @@ def try_all_gpus():
 
 
 def try_devices(num):
-    """``num`` devices for data-parallel code (8.4, 8.5), by the MXNet edition's rule
-    (:func:`d2lzh.checks.choose_gpus`): the first ``num`` GPUs; with no GPU, the CPU ``num``
-    times (the multi-device code runs unchanged, on the same cores); with fewer GPUs, those
-    there are, and a RuntimeWarning names them. ValueError: ``num`` not a positive int."""
-    _checks.check_positive_int('num', num)
+    """``num`` devices for data-parallel code (8.4, 8.5) by :func:`d2lzh.checks.choose_gpus`'s
+    rule (its errors and warning); with no GPU, the CPU ``num`` times (the multi-device code
+    runs unchanged, on the same cores)."""
     gpus = _checks.choose_gpus(num, range(num_gpus()), lambda i: f'cuda:{i} ({gpu_name(i)})')
     return [torch.device(f'cuda:{i}') for i in gpus] if gpus else [torch.device('cpu')] * num
 
@@ -47,24 +45,21 @@ def try_devices(num):
 def synchronize(device=None):
     """Wait for the work queued on ``device`` (default: the current CUDA device); a no-op
     on the CPU, where PyTorch runs operators synchronously."""
-    device = torch.device(device) if device is not None else None
-    if (device is None and torch.cuda.is_available()) or getattr(device, 'type', '') == 'cuda':
+    if torch.device(device or 'cuda').type == 'cuda' and torch.cuda.is_available():
         torch.cuda.synchronize(device)
 
 
 def lenet():
-    """LeNet of section 8.4: conv 3x3 (20) - ReLU - avg pool 2 - conv 5x5 (50) - ReLU -
-    avg pool 2 - linear 128 - ReLU - linear 10; float32 (batch, 1, 28, 28) -> logits (batch,
-    10). No batch norm: N processes on minibatches of B compute what one does on N*B."""
+    """LeNet of section 8.4, layer for layer :func:`d2lzh.mxnet.lenet`: float32 (batch, 1, 28,
+    28) -> logits (batch, 10). No batch norm: N processes on minibatches of B compute as one."""
     return nn.Sequential(nn.Conv2d(1, 20, kernel_size=3), nn.ReLU(), nn.AvgPool2d(2),
                          nn.Conv2d(20, 50, kernel_size=5), nn.ReLU(), nn.AvgPool2d(2),
                          nn.Flatten(), nn.Linear(50 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
 class Residual(nn.Module):
-    """The residual block of ResNet (book 5.11): two 3x3 convolutions with batch norm, the
-    first with stride ``strides``; the input skips around them, through a 1x1 convolution if
-    ``use_1x1conv``. float (batch, in_channels, H, W) -> (batch, num_channels, H', W')."""
+    """ResNet's residual block (book 5.11) as :class:`d2lzh.mxnet.Residual`, from
+    ``in_channels``: float (batch, in_channels, H, W) -> (batch, num_channels, H', W')."""
 
     def __init__(self, in_channels, num_channels, use_1x1conv=False, strides=1):
         super().__init__()
@@ -82,11 +77,9 @@ class Residual(nn.Module):
 
 
 def resnet18(num_classes, in_channels=1):
-    """ResNet-18 of chapter 8.5: a 3x3 stride-1 stem, no max pooling, four stages of two
-    residual blocks, global average pooling, a linear layer; float (batch, in_channels, H, W)
-    -> logits (batch, num_classes)."""
-    layers = [nn.Conv2d(in_channels, 64, kernel_size=3, padding=1), nn.BatchNorm2d(64),
-              nn.ReLU()]
+    """ResNet-18 of chapter 8.5 as :func:`d2lzh.mxnet.resnet18` (3x3 stem, no max pooling):
+    float (batch, in_channels, H, W) -> logits (batch, num_classes)."""
+    layers = [nn.Conv2d(in_channels, 64, kernel_size=3, padding=1), nn.BatchNorm2d(64), nn.ReLU()]
     for c_in, c in [(64, 64), (64, 128), (128, 256), (256, 512)]:  # halve H and W from 2nd
         layers += [Residual(c_in, c, use_1x1conv=c != c_in, strides=1 if c == c_in else 2),
                    Residual(c, c)]
@@ -161,8 +154,7 @@ def evaluate_accuracy(data_iter, net, device=None):
     parameter, else the CPU), an ``nn.Module`` in eval mode (then its mode restored), with
     one synchronisation at the end. ValueError: ``data_iter`` yields no example."""
     module = isinstance(net, nn.Module)
-    if isinstance(device, (list, tuple)):
-        device = device[0]
+    device = device[0] if isinstance(device, (list, tuple)) else device
     if device is None:
         device = next((p.device for p in net.parameters()), 'cpu') if module else 'cpu'
     device, was_training = torch.device(device), module and net.training

@@ -5,29 +5,25 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import checks as _checks
-from .. import data as _data
-from .. import jobs as _jobs
-from .. import results as _results
+from .. import checks as _checks, data as _data, jobs as _jobs, results as _results
 from .book import num_gpus
 
 __all__ = ['FashionMNISTIter', 'ShardIter', 'load_data_fashion_mnist', 'choose_max_examples']
 
 
 class FashionMNISTIter(_data.MinibatchIter):
-    """Minibatches ``(X, y)`` of ``images`` (uint8 (N, 28, 28)) and ``labels`` (int (N,)):
-    X float32 (batch, 1, H, W) in [0, 1] (bilinear ``resize`` x ``resize`` if given), y int64
-    (batch,); the last batch may be smaller; ``shuffle``: a new ``torch.randperm`` order
-    every pass. Where the data lives is the point of chapter 8's PyTorch notebooks:
+    """Minibatches ``(X, y)`` of ``images`` (uint8 (N, 28, 28)) and ``labels`` (int (N,)): X
+    float32 (batch, 1, H, W) in [0, 1] (bilinear ``resize`` x ``resize`` if given), y int64
+    (batch,); the last may be smaller; ``shuffle``: a new ``torch.randperm`` order every pass.
+    Where the data lives is the point of chapter 8's PyTorch notebooks:
 
     * ``device=None`` (the book's way): batches are cut on the host, the loop copies them;
-    * ``pin_memory=True`` (with CUDA): the same from pinned host memory, so that the
-      loop's ``X.to('cuda', non_blocking=True)`` overlaps computation. A shuffled pass is
-      first gathered into a second pinned buffer (2 x 188 MB in all), refilled only after
-      a CUDA event of the previous pass: batches are views of it (``.clone()`` to keep);
-    * ``device='cuda'``: the data set lives on the GPU as uint8 (47 MB); batches are
-      shuffled, cut and scaled there: no copy per batch.
-    """
+    * ``pin_memory=True`` (with CUDA): the same from pinned host memory, so that the loop's
+      ``X.to('cuda', non_blocking=True)`` overlaps computation. A shuffled pass is first
+      gathered into a second pinned buffer (2 x 188 MB in all), refilled only after a CUDA
+      event of the previous pass: batches are views of it (``.clone()`` to keep);
+    * ``device='cuda'``: the data set lives on the GPU as uint8 (47 MB); batches are shuffled,
+      cut and scaled there: no copy per batch."""
 
     def __init__(self, images, labels, batch_size, shuffle, resize=None, device=None,
                  pin_memory=False):
@@ -45,20 +41,6 @@ class FashionMNISTIter(_data.MinibatchIter):
                 self._epoch_buffers = tuple(torch.empty_like(t).pin_memory()
                                             for t in (self.images, self.labels))
 
-    def _order(self):
-        """This pass's (images, labels, index or None) to cut batches from."""
-        if not self.shuffle:
-            return self.images, self.labels, None
-        order = torch.randperm(len(self.labels), device=self.device)
-        if self._epoch_buffers is None:
-            return self.images, self.labels, order
-        if self._pass_done is not None:
-            self._pass_done.synchronize()  # copies queued from the last pass are done
-        X, y = self._epoch_buffers
-        torch.index_select(self.images, 0, order, out=X)
-        torch.index_select(self.labels, 0, order, out=y)
-        return X, y, None
-
     def _batch(self, images, labels, index):
         """The minibatch at ``index`` (a slice or int64 tensor), as float32, resized."""
         X, y = images[index], labels[index]
@@ -70,7 +52,15 @@ class FashionMNISTIter(_data.MinibatchIter):
         return X, y
 
     def __iter__(self):
-        images, labels, order = self._order()
+        images, labels = self.images, self.labels
+        order = torch.randperm(len(labels), device=self.device) if self.shuffle else None
+        if self._epoch_buffers is not None:  # pinned and shuffled: gather the pass first
+            if self._pass_done is not None:
+                self._pass_done.synchronize()  # copies queued from the last pass are done
+            images, labels = self._epoch_buffers
+            torch.index_select(self.images, 0, order, out=images)
+            torch.index_select(self.labels, 0, order, out=labels)
+            order = None
         try:
             for start in range(0, len(labels), self.batch_size):
                 index = slice(start, start + self.batch_size)
@@ -82,10 +72,9 @@ class FashionMNISTIter(_data.MinibatchIter):
 
 
 class ShardIter(FashionMNISTIter):
-    """Worker ``rank`` of ``world_size``'s minibatches of ``batch_size`` (beyond the book),
-    by the one sharding rule :func:`d2lzh.jobs.batch_indices` (epoch e's permutation is
-    ``RandomState(seed + e)``'s; :meth:`set_epoch` picks e); the rest of an epoch is dropped,
-    as ``DistributedSampler(drop_last=True)`` does. Data as :class:`FashionMNISTIter`'s.
+    """Worker ``rank`` of ``world_size``'s minibatches of ``batch_size`` (beyond the book) by
+    the one sharding rule, :func:`d2lzh.jobs.batch_indices` (:meth:`set_epoch` picks the
+    epoch; like ``DistributedSampler(drop_last=True)``); data as :class:`FashionMNISTIter`'s.
     ValueError: fewer examples than one global minibatch, or a bad rank."""
 
     def __init__(self, images, labels, batch_size, rank, world_size, seed=0, device=None):
@@ -108,11 +97,9 @@ class ShardIter(FashionMNISTIter):
 
 def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=None,
                             device=None, pin_memory=False):
-    """Fashion-MNIST as (shuffled training, test) :class:`FashionMNISTIter` (book 3.5).
-    ``root``: a folder searched first; ``max_examples`` (int, 'all' or None:
-    ``$D2LZH_MAX_EXAMPLES``): first N of each set; the rest as :class:`FashionMNISTIter`.
-    Raises ValueError for a bad ``batch_size``, ``resize`` or ``max_examples``, and what
-    :func:`d2lzh.data.load_fashion_mnist` raises."""
+    """Fashion-MNIST as (shuffled training, test) :class:`FashionMNISTIter` (book 3.5): the
+    arguments and errors of :func:`d2lzh.mxnet.load_data_fashion_mnist`, with ``device`` and
+    ``pin_memory`` of :class:`FashionMNISTIter`."""
     _checks.check_positive_int('batch_size', batch_size)
     _checks.check_positive_int('resize', resize, allow_none=True)
     train_x, train_y, test_x, test_y = _data.load_fashion_mnist(root, max_examples)
@@ -121,7 +108,6 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
 
 
 def choose_max_examples(cpu_default, gpu_available=None):
-    """How much of Fashion-MNIST to train on; prints the choice (see
-    :func:`d2lzh.results.choose_max_examples`; ``gpu_available``: default, a GPU here)."""
+    """:func:`d2lzh.results.choose_max_examples`; ``gpu_available`` default: a GPU is here."""
     return _results.choose_max_examples(
         cpu_default, num_gpus() > 0 if gpu_available is None else gpu_available)

@@ -1,12 +1,7 @@
 """The torchrun worker: DistributedDataParallel on Fashion-MNIST (book 8.5, and beyond it),
-``torchrun --standalone --nproc-per-node=N -m d2lzh.torch.ddp --epochs 4`` (``--help``).
-Each process joins torchrun's job (NCCL with one GPU per local rank, else gloo), takes its
-shard (:class:`d2lzh.torch.data.ShardIter`) and trains with
-:func:`d2lzh.torch.recipe.train_fast`, as its flags, the fields of ``Recipe`` and
-:class:`Job`, say. It ends itself at its deadline or when its launcher is gone
-(:func:`d2lzh.jobs.watch`); ``$D2LZH_FAULT`` fails one on purpose, on the first attempt only
-(:func:`d2lzh.jobs.inject_faults`). ``d2l.run_ddp`` runs it from Python.
-"""
+``torchrun --standalone --nproc-per-node=N -m d2lzh.torch.ddp --epochs 4`` (``--help``; from
+Python: ``d2l.run_ddp``): :func:`ddp_worker` trains with :func:`d2lzh.torch.recipe.train_fast`
+on its shard as its flags, the fields of ``Recipe`` and :class:`Job`, say."""
 import argparse
 import dataclasses
 import hashlib
@@ -21,8 +16,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from .. import data as _data
-from .. import jobs as _jobs
+from .. import data as _data, jobs as _jobs
 from .book import gpu_name, lenet, num_gpus, resnet18
 from .data import FashionMNISTIter, ShardIter
 from .recipe import FAST, Recipe, capture_stream, check_settings, setting, train_fast
@@ -69,11 +63,10 @@ def torchrun_env():
 
 def init_process_group(backend, timeout):
     """Join torchrun's job; return (rank, world_size, device): cuda:LOCAL_RANK with NCCL
-    (RuntimeError if there is no such GPU), else the CPU with this process's share of the
-    cores. Keys go under a prefix of this attempt (``TORCHELASTIC_RESTART_COUNT``) in
-    torchrun's store, which outlives restarts (gloo read a dead process's address there in 2
-    of 3 restarts, torch 2.13); on one machine the sockets stay on the loopback interface.
-    ``timeout`` (s) bounds every collective."""
+    (RuntimeError if there is no such GPU), else the CPU with this process's share of the cores.
+    Keys go under a prefix of this attempt in torchrun's store, which outlives restarts (gloo
+    read a dead process's address there in 2 of 3 restarts, torch 2.13); on one machine the
+    sockets stay on loopback. ``timeout`` (s) bounds every collective."""
     rank, local_rank, world_size = torchrun_env()
     if backend == 'nccl':
         if local_rank >= num_gpus():
@@ -116,22 +109,20 @@ def refuse_graph_with_several(cuda_graph, backend, world_size):
 
 @record
 def ddp_worker(recipe=None, job=None):
-    """One process of a DDP job (under torchrun or ``run_ddp``; ``@record`` hands an
-    exception's traceback to torchrun's summary): trains as ``recipe`` says (default
-    ``Recipe()``; ``batch_size`` per process) what ``job`` says (default ``Job()``). It exits
-    at ``job.timeout`` (code 124; a collective's timeout too) or when its launcher is gone
-    (code 1). Returns, on rank 0, :func:`train_fast`'s history (``examples`` and
-    ``images_per_s`` of all processes) with ``world_size``, ``backend``, ``device``,
-    ``restart_count`` and ``params_digest`` (one SHA-1 per rank); None on other ranks.
-    RuntimeError: not under torchrun, a local rank without a GPU, a failure; ValueError:
-    ``cuda_graph`` with NCCL and several processes."""
+    """One process of a DDP job (under torchrun or ``run_ddp``; ``@record`` hands a traceback
+    to torchrun): trains as ``recipe`` says (default ``Recipe()``; ``batch_size`` per process)
+    what ``job`` says (default ``Job()``); exits at ``job.timeout`` (124) or when its launcher
+    is gone (1) (:func:`d2lzh.jobs.watch`); ``$D2LZH_FAULT`` fails one on the first attempt.
+    Returns, on rank 0, :func:`train_fast`'s history (``examples``, ``images_per_s``: of all
+    processes) with ``world_size``, ``backend``, ``device``, ``restart_count`` and
+    ``params_digest`` (one SHA-1 per rank); None on other ranks. RuntimeError: not under
+    torchrun, a local rank without a GPU; ValueError: ``cuda_graph`` with several NCCL ranks."""
     recipe, job = recipe or Recipe(), job or Job()
     rank, _, world_size = torchrun_env()
     _jobs.watch(job.timeout, f'DDP worker rank {rank}')
     backend = job.backend or ('nccl' if torch.cuda.is_available() else 'gloo')
     refuse_graph_with_several(recipe.cuda_graph, backend, world_size)
-    warnings.filterwarnings('ignore', message=r'barrier\(\): using the device')
-    warnings.filterwarnings('ignore', message='Grad strides do not match bucket view')
+    warnings.filterwarnings('ignore', message=r'barrier\(\): using the device|Grad strides do not')
     if recipe.cuda_graph and backend == 'nccl':  # NCCL calls inside a CUDA graph need this off
         os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'] = '0'
     rank, world_size, device = init_process_group(backend, job.timeout)
@@ -147,8 +138,7 @@ def ddp_worker(recipe=None, job=None):
         test_iter = FashionMNISTIter(test_x, test_y, 512, False, device=device) \
             if rank == 0 else None
         fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
-        net = (resnet18(10) if job.model == 'resnet18' else lenet()).to(device,
-                                                                         memory_format=fmt)
+        net = (resnet18(10) if job.model == 'resnet18' else lenet()).to(device, memory_format=fmt)
         stream = capture_stream(device) if recipe.cuda_graph and device.type == 'cuda' else None
         with torch.cuda.stream(stream):  # to be recorded, DDP is built on the capture stream
             model = DistributedDataParallel(
@@ -210,8 +200,7 @@ def _parse(argv=None):
 
 
 def main(argv=None):
-    """``python -m d2lzh.torch.ddp`` (under torchrun): run :func:`ddp_worker` with the flags'
-    settings; rank 0 prints one summary line."""
+    """Under torchrun: :func:`ddp_worker` with the flags' settings; rank 0 prints a summary."""
     recipe, job = _parse(argv)
     r = ddp_worker(recipe, job)
     if r is not None:

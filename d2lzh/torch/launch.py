@@ -25,17 +25,14 @@ __all__ = ['run_ddp', 'measure_allreduce']
 
 
 def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job):
-    """Run :func:`d2lzh.torch.ddp.ddp_worker` in ``world_size`` processes of this machine, as
-    ``torchrun --nproc-per-node=world_size`` does, by ``elastic_launch`` (c10d rendezvous on
-    127.0.0.1; spawned processes, which import the worker by name), each training as
-    ``recipe`` says (default ``d2l.Recipe()``) what the keywords, fields of
-    :class:`d2lzh.torch.ddp.Job`, say (``verbose`` False here); ``max_restarts`` after a
-    failure (from ``recipe.checkpoint`` if set). Meanwhile logging is off and the workers'
-    stderr goes to files (a kernel would forward it into the cell); afterwards torch's files
-    are removed and the caller's SIGINT/SIGTERM handlers put back. Returns rank 0's result.
-    ValueError: a bad argument or setting, more NCCL processes than GPUs, ``cuda_graph``
-    with several NCCL processes; RuntimeError: a worker failed (after the restarts), naming
-    its rank, exit code and last traceback line (``ChildFailedError`` is the cause)."""
+    """Run :func:`d2lzh.torch.ddp.ddp_worker` (``recipe``; the keywords: fields of
+    :class:`d2lzh.torch.ddp.Job`, ``verbose`` False here) in ``world_size`` processes of this
+    machine, as ``torchrun --nproc-per-node`` does, through ``elastic_launch``; ``max_restarts``
+    after a failure (from ``recipe.checkpoint`` if set). Logging is off and the workers' stderr
+    goes to files meanwhile; torch's files are removed and the caller's SIGINT/SIGTERM
+    handlers put back after. Returns rank 0's result. ValueError: a bad argument or setting,
+    more NCCL processes than GPUs, ``cuda_graph`` with several NCCL processes; RuntimeError
+    (from ``ChildFailedError``): a worker failed, naming its rank, exit code and last line."""
     check_positive_int('world_size', world_size)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f'max_restarts={max_restarts!r} is not valid: use a whole number >= 0')
@@ -70,9 +67,8 @@ def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0):
     logging.disable(logging.CRITICAL)  # the launcher logs every step, with local paths
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=uuid.uuid4().hex,
-        rdzv_backend='c10d', rdzv_endpoint='127.0.0.1:0',
-        rdzv_configs={'join_timeout': join_timeout}, max_restarts=max_restarts,
-        monitor_interval=0.1, start_method='spawn',
+        rdzv_backend='c10d', rdzv_endpoint='127.0.0.1:0', max_restarts=max_restarts,
+        rdzv_configs={'join_timeout': join_timeout}, monitor_interval=0.1, start_method='spawn',
         logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ERR))
     try:
         return elastic_launch(config, entrypoint)(*args)
@@ -97,8 +93,7 @@ def _failure_message(err, world_size, max_restarts):
     # signal (e.g. SIGKILL), else the earliest failure
     signalled = [(r, f) for r, f in err.failures.items()
                  if f.exitcode < 0 and f.exitcode != -signal.SIGTERM]
-    rank, failure = min(signalled, key=lambda rf: rf[1].timestamp) if signalled \
-        else err.get_first_failure()
+    rank, failure = min(signalled or err.failures.items(), key=lambda rf: rf[1].timestamp)
     detail = 'no traceback (the process was killed by a signal or exited without one)'
     message = failure.message.get('message', '') if isinstance(failure.message, dict) \
         else failure.message
@@ -138,12 +133,11 @@ def _allreduce_worker(sizes, repeats, backend):
 
 
 def measure_allreduce(world_size, sizes, repeats=5, backend=None):
-    """Seconds of one all-reduce (sum) of a float32 tensor of each of ``sizes`` bytes
-    (multiples of 4) across ``world_size`` local processes, started as by :func:`run_ddp`,
-    over ``backend`` (default: nccl with GPUs, else gloo): after one untimed all-reduce, the
-    best of ``repeats``, each between a barrier and a synchronisation, from the slowest
-    rank (beyond the book). ValueError: bad arguments, more NCCL processes than GPUs;
-    RuntimeError: a process failed."""
+    """Seconds of one all-reduce (sum) of a float32 tensor of each of ``sizes`` bytes (multiples of
+    4) across ``world_size`` local processes, started as by :func:`run_ddp`, over ``backend``
+    (default: nccl with GPUs, else gloo): after one untimed all-reduce, the best of ``repeats``,
+    each between a barrier and a synchronisation, from the slowest rank (beyond the book).
+    ValueError: bad arguments, more NCCL processes than GPUs; RuntimeError: a process failed."""
     for name, value in [('world_size', world_size), ('repeats', repeats),
                         *(('size', size) for size in sizes)]:
         check_positive_int(name, value)

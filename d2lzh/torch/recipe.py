@@ -116,12 +116,13 @@ def learning_rates(recipe, steps_per_epoch):
 
 class FusedSGD:
     """SGD (momentum, Nesterov, weight decay) by ``torch._fused_sgd_``, the kernel of
-    ``torch.optim.SGD(fused=True)``, at the rate in the 1-element tensor ``lr``; importing no
-    torch.optim (TorchDynamo: about 3 s of a cold start). ``load_state_dict`` raises
-    KeyError or ValueError for another optimizer's state."""
+    ``torch.optim.SGD(fused=True)``, at rate ``lr`` (kept in the tensor ``self.lr``, which a
+    recorded graph reads), importing no torch.optim (TorchDynamo: about 3 s of a cold start).
+    ``load_state_dict``: KeyError or ValueError for another optimizer's state."""
 
     def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
-        self.params, self.lr, self.buffers = [p for p in params if p.requires_grad], lr, None
+        self.params, self.buffers = [p for p in params if p.requires_grad], None
+        self.lr = torch.as_tensor(lr, device=self.params[0].device)
         self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
 
     def state_dict(self):
@@ -161,11 +162,10 @@ def capture_stream(device):
 
 
 class TrainStep:
-    """A recipe's training step of ``net`` (on ``device`` in the recipe's memory format, or a
-    DDP of it), as :func:`train_fast` runs it per minibatch, eager or replayed from a CUDA
-    graph (on ``graph_devices``). ``amp``: None (fp32; always on the CPU), 'bf16' or 'fp16'
-    (amp='auto' below compute capability 8.0, e.g. a T4: with a GradScaler, neither fused
-    nor recorded, which a RuntimeWarning says)."""
+    """A recipe's training step of ``net`` (or a DDP of it) on ``device``, eager or replayed
+    from a CUDA graph (on ``graph_devices``). ``amp``: None (fp32; always on the CPU), 'bf16'
+    or 'fp16' (amp='auto' below compute capability 8.0, e.g. a T4: with a GradScaler, neither
+    fused nor recorded, which a RuntimeWarning says)."""
     graph_devices = ('cuda',)
 
     def __init__(self, net, recipe, device):
@@ -184,11 +184,9 @@ class TrainStep:
             (11 if isinstance(net, DistributedDataParallel) else 3)
         sgd = {'momentum': recipe.momentum, 'weight_decay': recipe.weight_decay,
                'nesterov': recipe.nesterov}
-        self.rate_tensor = torch.tensor(float(self.rate), device=self.device) \
-            if self.fused_sgd else None
-        self.optimizer = FusedSGD(net.parameters(), self.rate_tensor, **sgd) \
-            if self.fused_sgd else torch.optim.SGD(net.parameters(), self.rate, **sgd)
-        self.scaler = torch.amp.GradScaler('cuda') if fp16 else None
+        self.optimizer = (FusedSGD if self.fused_sgd else torch.optim.SGD)(
+            net.parameters(), self.rate, **sgd)
+        self.scaler = torch.amp.GradScaler('cuda', enabled=fp16)  # disabled: passes through
         self.model = torch.compile(net) if recipe.compile else net
         self.loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
         self.graph = self.static = self.loss = None
@@ -203,8 +201,8 @@ class TrainStep:
         a graph holds torch.optim's rate as a constant: a new one means a new capture)."""
         if value != self.rate:
             self.rate = value
-            if self.rate_tensor is not None:
-                self.rate_tensor.fill_(value)
+            if self.fused_sgd:
+                self.optimizer.lr.fill_(value)
             else:
                 for group in self.optimizer.param_groups:
                     group['lr'] = value
@@ -215,8 +213,7 @@ class TrainStep:
         batch that the recorded graph cannot replay (a smaller last batch: skipped)."""
         if not self.cuda_graph:
             return self._step(X, y)
-        if self.static is None:
-            self.static = (X.clone(), y.clone())
+        self.static = self.static or (X.clone(), y.clone())
         if X.shape != self.static[0].shape:
             return None
         for static, new in zip(self.static, (X, y)):
@@ -237,13 +234,9 @@ class TrainStep:
         self.optimizer.zero_grad()
         with self.autocast(cache_enabled):
             loss = self.loss_fn(self.model(X), y)
-        if self.scaler is None:
-            loss.backward()
-            self.optimizer.step()
-        else:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         return loss
 
     def _capture(self, X, y):
@@ -261,17 +254,15 @@ class TrainStep:
 
 
 def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
-    """Train a classifier as ``recipe`` says (beyond the book), timed as
-    :func:`d2lzh.torch.train` (whose arguments these are; ``test_iter=None``: no evaluation),
-    calling ``train_iter.set_epoch(epoch)``, if any, before a pass. With DDP, pass the
-    wrapped model (on ``device``, in the recipe's memory format) and this process's shard:
-    epochs start and end with a barrier; rank 0 evaluates (others may pass no test_iter),
-    decides when to stop (broadcast) and saves. Returns :func:`d2lzh.torch.train`'s history
-    (``test_acc`` None where not evaluated) with ``eval_times`` (s), what ran (``amp``
-    'bf16', 'fp16' or 'off', ``cuda_graph``, ``fused_sgd``), ``startup_s`` (0.0 without
-    ``time_startup``), ``start_epoch`` (where a checkpoint resumed) and ``reached`` (None,
-    or {'epoch', 'test_acc', 'seconds' since the call}). ValueError: batches of another
-    size than ``recipe.batch_size``, a checkpoint of another optimizer, no test example."""
+    """Train a classifier as ``recipe`` says (beyond the book), with the arguments and timing
+    of :func:`d2lzh.torch.train` (``test_iter=None``: no evaluation), calling
+    ``train_iter.set_epoch(epoch)``, if any, before a pass. With DDP, pass the wrapped model
+    (on ``device``, in the recipe's memory format) and this process's shard: rank 0 evaluates,
+    decides when to stop (broadcast) and saves. Returns ``train``'s history (``test_acc``
+    None where not evaluated) with ``eval_times`` (s), ``amp``, ``cuda_graph``,
+    ``fused_sgd`` (what ran), ``startup_s``, ``start_epoch`` (after a checkpoint) and
+    ``reached`` (None or {'epoch', 'test_acc', 'seconds' since the call}). ValueError:
+    batches of another size than ``recipe.batch_size``, a checkpoint of another optimizer."""
     called, device = time.perf_counter(), torch.device(device)
     size = getattr(train_iter, 'batch_size', recipe.batch_size)
     if size != recipe.batch_size:
@@ -286,7 +277,18 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
                'examples': 0, 'amp': step.amp or 'off', 'fused_sgd': step.fused_sgd,
                'start_epoch': 0, 'startup_s': 0.0, 'reached': None}
     if recipe.checkpoint is not None and os.path.exists(recipe.checkpoint):
-        history = _load_checkpoint(recipe.checkpoint, device, module, step, history)
+        state = torch.load(recipe.checkpoint, map_location=device, weights_only=True)
+        module.load_state_dict(state['model'])
+        try:
+            step.optimizer.load_state_dict(state['optimizer'])
+        except (KeyError, ValueError, TypeError) as err:
+            raise ValueError(f'{os.path.basename(recipe.checkpoint)} holds the state of another '
+                             f'optimizer ({type(err).__name__}: {err}): pass the recipe it was '
+                             'written with (fused_sgd, momentum), or move it away to start '
+                             'afresh') from err
+        if state.get('scaler'):  # fp16's GradScaler; {} when disabled
+            step.scaler.load_state_dict(state['scaler'])
+        history = {**history, **state['history'], 'start_epoch': state['epoch'] + 1}
         if verbose:
             print(f'resuming from {os.path.basename(recipe.checkpoint)}: epoch '
                   f'{history["start_epoch"]} of {recipe.epochs} done'
@@ -295,10 +297,12 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
     first = recipe.epochs if history['reached'] else history['start_epoch']
     net.train()  # evaluate_accuracy puts it back in training mode
 
-    def begin(epoch):
-        if hasattr(train_iter, 'set_epoch'):
+    def sync(epoch=None):  # (set the epoch,) wait for the device and every process; the time
+        if epoch is not None and hasattr(train_iter, 'set_epoch'):
             train_iter.set_epoch(epoch)
-        _sync(device, ddp)
+        synchronize(device)
+        if ddp:
+            torch.distributed.barrier()
         return time.perf_counter()
 
     def train_on(X, y, t):  # t: the step's place in the run, its index into lrs
@@ -307,19 +311,17 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
                     y.to(device, non_blocking=True))
 
     if recipe.time_startup and first < recipe.epochs:
-        start = begin(first)
+        start = sync(first)
         train_on(*next(iter(train_iter)), first * n)
-        _sync(device, ddp)
-        history['startup_s'] = time.perf_counter() - start
+        history['startup_s'] = sync() - start
     for epoch in range(first, recipe.epochs):
-        start, total_loss, examples = begin(epoch), torch.zeros((), device=device), 0
+        start, total_loss, examples = sync(epoch), torch.zeros((), device=device), 0
         for i, (X, y) in enumerate(train_iter):
             loss = train_on(X, y, epoch * n + i)
             if loss is not None:  # None: a smaller last batch that the graph cannot replay
                 total_loss += loss.detach() * y.shape[0]
                 examples += y.shape[0]
-        _sync(device, ddp)
-        history['epoch_times'].append(time.perf_counter() - start)
+        history['epoch_times'].append(sync() - start)
         history['train_loss'].append(total_loss.item() / max(examples, 1))
         history['examples'], acc, target = examples, None, recipe.target_accuracy
         if test_iter is not None and epoch + 1 >= recipe.eval_from:
@@ -342,32 +344,11 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
                   + (f', reached {target}' if stop else ''))
         if recipe.checkpoint is not None and saves:  # written, then renamed: never half a file
             torch.save({'epoch': epoch, 'model': module.state_dict(), 'history': history,
-                        'optimizer': step.optimizer.state_dict(), 'scaler': step.scaler
-                        and step.scaler.state_dict()}, f'{recipe.checkpoint}.tmp')
+                        'optimizer': step.optimizer.state_dict(),
+                        'scaler': step.scaler.state_dict()}, f'{recipe.checkpoint}.tmp')
             os.replace(f'{recipe.checkpoint}.tmp', recipe.checkpoint)
         if stop:
             break
     history['cuda_graph'] = step.cuda_graph
     history['images_per_s'] = history['examples'] / min(history['epoch_times'] or [math.inf])
     return history
-
-
-def _sync(device, ddp):  # wait for the device; with DDP, for every process too
-    synchronize(device)
-    if ddp:
-        torch.distributed.barrier()
-
-
-def _load_checkpoint(path, device, module, step, history):
-    """What :func:`train_fast` saved, into ``module`` and ``step``; the saved history."""
-    state = torch.load(path, map_location=device, weights_only=True)
-    module.load_state_dict(state['model'])
-    try:
-        step.optimizer.load_state_dict(state['optimizer'])
-    except (KeyError, ValueError, TypeError) as err:
-        raise ValueError(f'{os.path.basename(path)} holds the state of another optimizer '
-                         f'({type(err).__name__}: {err}): pass the recipe it was written with '
-                         '(fused_sgd, momentum), or move it away to start afresh') from err
-    if step.scaler is not None and state.get('scaler'):
-        step.scaler.load_state_dict(state['scaler'])
-    return {**history, **state['history'], 'start_epoch': state['epoch'] + 1}

@@ -11,13 +11,12 @@ __all__ = ['train', 'train_data_parallel']
 
 
 def train(net, train_iter, test_iter, num_epochs, lr, device, verbose=True):
-    """Train classifier ``net`` (moved to ``device``) for ``num_epochs`` with minibatch SGD
-    at rate ``lr`` and cross-entropy loss, fp32 (book 8.5); ``train_iter``, ``test_iter``
-    yield ``(X, y)``, X float32 (batch, ...), y int64 (batch,), on the host or ``device``.
-    An epoch is timed from its first batch to a synchronisation after its last (the test
-    accuracy after it apart); ``verbose`` prints one line per epoch. Returns a dict:
-    ``epoch_times`` (s), ``train_loss``, ``test_acc`` (one per epoch), ``examples`` (per
-    epoch) and ``images_per_s`` (of the fastest epoch)."""
+    """Train classifier ``net`` (moved to ``device``) for ``num_epochs`` with minibatch SGD at rate
+    ``lr`` and cross-entropy loss, fp32 (book 8.5); ``train_iter``, ``test_iter`` yield ``(X, y)``,
+    X float32 (batch, ...), y int64 (batch,), on the host or ``device``. An epoch is timed from its
+    first batch to a synchronisation after its last (the test accuracy after it apart); ``verbose``
+    prints one line per epoch. Returns a dict: ``epoch_times`` (s), ``train_loss``, ``test_acc``
+    (one per epoch), ``examples`` (per epoch) and ``images_per_s`` (of the fastest epoch)."""
     net = net.to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
