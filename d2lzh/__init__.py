@@ -14,11 +14,9 @@ Modules: :mod:`d2lzh.data` (Fashion-MNIST files, numpy), :mod:`d2lzh.timing`
 install, the import hook), :mod:`d2lzh.checks`, :mod:`d2lzh.jobs` (what both editions'
 distributed workers share) and :mod:`d2lzh.project` (the notebook registry).
 """
-import importlib
-
 from .mxnet import BOOK_NAMES as _MXNET_NAMES  # the names only: MXNet is not imported
 from .results import output_dir, record
-from .setup import add_import_hook
+from .setup import add_import_hook, lazy_names
 from .timing import Benchmark, Timer, speedup
 
 __version__ = '1.1.0'
@@ -37,14 +35,4 @@ _LAZY = {
 __all__ = ['Benchmark', 'Timer', 'speedup', 'record', 'output_dir', *_LAZY]
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'd2lzh' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -56,16 +56,17 @@ def note_data_subset(num_train):
     CONTEXT['subset'] = num_train
 
 
-def choose_max_examples(cpu_default, gpu_available):
+def choose_max_examples(cpu_default, gpu_available=None):
     """How much of Fashion-MNIST a training cell uses; prints the choice and why (Chinese).
 
     ``$D2LZH_MAX_EXAMPLES``, when set, decides. Otherwise a machine with a working GPU uses
     the whole data set (the book's settings) and a CPU-only machine the first ``cpu_default``
     training and test examples, so that the notebook ends in minutes. Each edition's
-    ``d2l.choose_max_examples(cpu_default)`` passes its own ``gpu_available`` (bool).
+    ``gpu_available`` (bool) defaults to whether the edition imported has a GPU it can use.
     Returns the subset size (int), or None for all; ValueError for an invalid size.
     """
     train_size, test_size = 60000, 10000
+    gpu_available = bool(_gpus_in_use()) if gpu_available is None else gpu_available
     env = os.environ.get('D2LZH_MAX_EXAMPLES', '').strip()
     if env:
         n, why = max_examples_from_env(), f'环境变量 D2LZH_MAX_EXAMPLES={env}'

@@ -7,7 +7,8 @@ import warnings
 
 import numpy as np
 
-from .. import checks as _checks, data as _data, results as _results
+from .. import checks as _checks, data as _data
+from ..results import choose_max_examples  # noqa: F401  (a book name of this edition)
 from ..setup import import_mxnet
 from ..setup.cuda11 import no_gpu_warning
 from ..setup.gpus import GPUQueryError, query_gpus
@@ -254,12 +255,6 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
     train_x, train_y, test_x, test_y = _data.load_fashion_mnist(root, max_examples)
     return (FashionMNISTIter(train_x, train_y, batch_size, True, resize),
             FashionMNISTIter(test_x, test_y, batch_size, False, resize))
-
-
-def choose_max_examples(cpu_default, gpu_available=None):
-    """:func:`d2lzh.results.choose_max_examples`; ``gpu_available`` default: MXNet runs on a GPU."""
-    return _results.choose_max_examples(
-        cpu_default, bool(_working_gpus()) if gpu_available is None else gpu_available)
 
 
 def setup_report():

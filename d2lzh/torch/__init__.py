@@ -13,7 +13,8 @@ from ..setup import lazy_names
 from ..timing import Benchmark, Timer, speedup  # noqa: F401
 from .book import *  # noqa: F401,F403
 from .book import __all__ as _book
-from .data import (FashionMNISTIter, ShardIter, choose_max_examples,  # noqa: F401
+from ..results import choose_max_examples  # noqa: F401
+from .data import (FashionMNISTIter, ShardIter,  # noqa: F401
                    load_data_fashion_mnist)
 from .recipe import FAST, Recipe, TrainStep, train_fast  # noqa: F401
 from .train import train, train_data_parallel  # noqa: F401

@@ -5,10 +5,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import checks as _checks, data as _data, jobs as _jobs, results as _results
+from .. import checks as _checks, data as _data, jobs as _jobs
 from .book import num_gpus
 
-__all__ = ['FashionMNISTIter', 'ShardIter', 'load_data_fashion_mnist', 'choose_max_examples']
+__all__ = ['FashionMNISTIter', 'ShardIter', 'load_data_fashion_mnist']
 
 
 class FashionMNISTIter(_data.MinibatchIter):
@@ -105,9 +105,3 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
     train_x, train_y, test_x, test_y = _data.load_fashion_mnist(root, max_examples)
     return (FashionMNISTIter(train_x, train_y, batch_size, True, resize, device, pin_memory),
             FashionMNISTIter(test_x, test_y, batch_size, False, resize, device, pin_memory))
-
-
-def choose_max_examples(cpu_default, gpu_available=None):
-    """:func:`d2lzh.results.choose_max_examples`; ``gpu_available`` default: a GPU is here."""
-    return _results.choose_max_examples(
-        cpu_default, num_gpus() > 0 if gpu_available is None else gpu_available)
