@@ -76,7 +76,7 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     One row per process/thread of the trace (an MXNet device and engine thread, a PyTorch
     thread or CUDA stream), its operators as bars on a time axis in milliseconds from the
     first event, so that what runs at the same time is seen side by side. Reads complete
-    events (``ph`` 'X', with ``dur``) and begin/end pairs ('B'/'E'), which is what
+    events (``ph`` 'X', with ``dur``) and begin/end pairs ('B'/'E', async 'b'/'e'), what
     ``mx.profiler.dump()`` and ``torch.profiler``'s ``export_chrome_trace`` write; the
     same file opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
 
@@ -107,13 +107,17 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
                 str(e.get('args', {}).get('name', ''))
         elif e.get('ph') == 'X' and 'dur' in e:
             bars[key].append((e['ts'], e['dur'], e.get('name', '')))
-        elif e.get('ph') == 'B':
-            open_[key + (e.get('name'),)] = e['ts']
-        elif e.get('ph') == 'E' and key + (e.get('name'),) in open_:
-            start = open_.pop(key + (e.get('name'),))
+        elif e.get('ph') in ('B', 'b'):  # b/e: async events (MXNet's frontend API calls)
+            open_[key + (e.get('name'), e.get('id'))] = e['ts']
+        elif e.get('ph') in ('E', 'e') and key + (e.get('name'), e.get('id')) in open_:
+            start = open_.pop(key + (e.get('name'), e.get('id')))
             bars[key].append((start, e['ts'] - start, e.get('name', '')))
     label = {k: ' '.join(filter(None, (names.get((k[0], None)), names.get(k)))) or f'{k[0]}/{k[1]}'
              for k in bars}
+    for text in set(label.values()):  # several threads of one process: number them
+        same = sorted(k for k in label if label[k] == text)
+        for i, k in enumerate(same if len(same) > 1 else []):
+            label[k] = f'{text} #{i + 1}'
     keys = sorted((k for k in bars if rows is None or rows(label[k])), key=lambda k: label[k])
     if not keys:
         raise ValueError('timeline: the trace holds no timed event (ph X, or B/E pairs)')
@@ -122,15 +126,17 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     colours = {n: f'C{i}' for i, n in enumerate(common)}
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(keys)))
+    span = max(ts + dur for k in keys for ts, dur, _ in bars[k]) - t0  # a bar's least width
     for row, k in enumerate(keys):
-        ax.broken_barh([((ts - t0) / 1e3, max(dur, 1) / 1e3) for ts, dur, _ in bars[k]],
-                       (row - 0.4, 0.8), facecolors=[colours.get(n, 'lightgray')
-                                                     for _, _, n in bars[k]])
+        ax.broken_barh([((ts - t0) / 1e3, max(dur, span / 800) / 1e3) for ts, dur, _ in bars[k]],
+                       (row - 0.4, 0.8), edgecolor='white', linewidth=0.3,
+                       facecolors=[colours.get(n, 'lightgray') for _, _, n in bars[k]])
     ax.set_yticks(range(len(keys)))
     ax.set_yticklabels([label[k] for k in keys])
     ax.set_xlabel('ms')
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
-              labels=[n.lstrip('_') for n in colours], fontsize='small', loc='upper right')
+              labels=[n.lstrip('_') for n in colours], fontsize='small', loc='upper left',
+              bbox_to_anchor=(1.01, 1))
     if title:
         ax.set_title(title)
     return ax
