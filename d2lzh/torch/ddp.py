@@ -76,8 +76,9 @@ def init_process_group(backend, timeout):
         torch.cuda.set_device(device)
     else:
         device = torch.device('cpu')
-        local = int(os.environ.get('LOCAL_WORLD_SIZE', world_size))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+        local = int(os.environ.get('LOCAL_WORLD_SIZE', world_size))  # OMP_NUM_THREADS wins
+        torch.set_num_threads(int(os.environ.get('OMP_NUM_THREADS') or 0)
+                              or max(1, (os.cpu_count() or 1) // local))
     if os.environ.get('MASTER_ADDR') in ('127.0.0.1', 'localhost'):
         for name in [n for _, n in socket.if_nameindex() if n.startswith('lo')][:1]:  # lo0: macOS
             os.environ.setdefault('GLOO_SOCKET_IFNAME', name)
