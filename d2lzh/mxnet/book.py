@@ -85,7 +85,8 @@ def describe_devices(devices, num):
     if num == 1:
         return f'没有可用的 GPU：在 CPU 上下文 {names} 上运行。'
     return (f'没有 {num} 块可用的 GPU：{num} 个设备是 CPU 上下文（{names}），'
-            f'它们共用同一组 CPU 核心和内存，代码路径与多 GPU 相同，但不会因此变快。')
+            f'它们共用同一组 CPU 核心和内存，代码路径与多 GPU 相同，'
+            f'但没有第二组计算单元（测得的快慢只反映这些核心怎样被分用）。')
 
 
 class Residual(nn.HybridBlock):

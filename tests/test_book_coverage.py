@@ -1,0 +1,69 @@
+"""docs/book-coverage.md lists every experiment and exercise of the book's 4.6 and 8.1-8.5
+with the cell of each edition that runs it; this checks the list against the notebooks: the
+named heading exists, code follows it, and that code has a stored output."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COVERAGE = ROOT / 'docs' / 'book-coverage.md'
+# a table cell naming a notebook's cell group: [file](../notebooks/...ipynb) › heading text
+REF = re.compile(r'\[[^\]]+\]\(\.\./(notebooks/[^)]+\.ipynb)\) › (.+)')
+EXERCISES = {'4.6': 2, '8.1': 3, '8.2': 1, '8.3': 3, '8.4': 2, '8.5': 2}
+
+
+def _rows():
+    rows = []
+    for line in COVERAGE.read_text(encoding='utf-8').splitlines():
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        if len(cells) >= 6 and re.fullmatch(r'\d\.\d', cells[0]):
+            rows.append(cells)
+    return rows
+
+
+def _headings(cell):
+    """(level, text) of every Markdown heading line of ``cell``."""
+    if cell['cell_type'] != 'markdown':
+        return []
+    lines = ''.join(cell['source']).splitlines()
+    return [(len(ln) - len(ln.lstrip('#')), ln.lstrip('#').strip())
+            for ln in lines if ln.startswith('#')]
+
+
+def _group(path, heading):
+    """The code cells after ``heading`` up to the next heading of the same or a higher level."""
+    cells = json.loads((ROOT / path).read_text(encoding='utf-8'))['cells']
+    for i, cell in enumerate(cells):
+        levels = [lv for lv, text in _headings(cell) if text == heading]
+        if levels:
+            group = []
+            for later in cells[i + 1:]:
+                if any(lv <= levels[0] for lv, _ in _headings(later)):
+                    break
+                if later['cell_type'] == 'code':
+                    group.append(later)
+            return group
+    return None
+
+
+def test_every_exercise_of_the_book_is_listed_for_both_editions():
+    counts = {}
+    for section, what, *_ in _rows():
+        if what.startswith('练习'):
+            counts[section] = counts.get(section, 0) + 1
+    assert counts == EXERCISES
+
+
+@pytest.mark.parametrize('row', _rows(), ids=lambda r: f'{r[0]} {r[1][:20]}')
+def test_listed_cells_run_code_with_a_stored_output(row):
+    for column in (row[2], row[3]):
+        m = REF.fullmatch(column)
+        assert m, f'{column!r}: name the cell as [file](../notebooks/...ipynb) › heading'
+        group = _group(m.group(1), m.group(2))
+        assert group is not None, f'{m.group(1)} has no heading {m.group(2)!r}'
+        assert any(''.join(c['source']).strip() for c in group), \
+            f'{m.group(1)} › {m.group(2)}: no code under the heading'
+        assert any(c.get('outputs') for c in group), \
+            f'{m.group(1)} › {m.group(2)}: no stored output under the heading'
