@@ -111,7 +111,9 @@ def test_failed_and_interrupted_reruns_leave_the_results_byte_identical(tmp_path
 
     proc = subprocess.Popen([sys.executable, str(ROOT / 'scripts' / 'run_notebooks.py'), *args],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, MODE='slow', VALUE='7'))
+                            text=True, env=dict(os.environ, MODE='slow', VALUE='7'),
+                            # as from a terminal, also where this test runs with SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pid_file, deadline = attempt / '05_x' / 'pid', time.monotonic() + 120
     while not pid_file.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
