@@ -71,18 +71,24 @@ def _run(cmds, tmp_path, env_extra=None):
             outs.append(out)
             codes.append(p.returncode)
     except subprocess.TimeoutExpired:
-        pytest.fail(f'the job did not end within {JOB_DEADLINE} s')
+        _kill(procs)
+        pytest.fail(f'the job did not end within {JOB_DEADLINE} s; what it printed:\n' +
+                    '\n'.join(outs + [p.communicate(timeout=10)[0] for p in procs[len(outs):]]))
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=10)
+        _kill(procs)
     end = time.time()
     left = _job_processes(str(tmp_path))
     assert not left, f'processes left behind: {[p.pid for p in left]}'
     return codes, outs, end
+
+
+def _kill(procs):
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=10)
 
 
 def _free_port():
