@@ -20,6 +20,8 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed-$(MXNET_PACKAGE)-numpy$(NUMPY)
 BUILD ?= build
 TEST_MAX_EXAMPLES ?= 256
+# The unit tests `make test` runs before the notebooks (files or folders under tests/).
+TESTS ?= tests
 
 # Which notebooks, from the one registry (d2lzh/project.py). Given only NOTEBOOKS, EDITION
 # follows them. Bad values stop make here, before any work, with one line.
@@ -102,7 +104,7 @@ test: data  ## unit tests of d2lzh + nbval on the notebooks
 	TMPDIR=$$scratch D2LZH_OUTPUT_DIR=$$scratch/output \
 	D2LZH_MAX_EXAMPLES=$${D2LZH_MAX_EXAMPLES:-$(TEST_MAX_EXAMPLES)} $(PY) -m pytest \
 	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-	  -p no:cacheprovider tests $(NOTEBOOKS)
+	  -p no:cacheprovider $(TESTS) $(NOTEBOOKS)
 
 CLOUD_PYTHON ?= $(PYTHON)
 cloud-test: data  ## open notebooks alone, as on Colab: fresh numpy-2 venv, no d2lzh, no MXNet

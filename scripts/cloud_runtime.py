@@ -210,8 +210,10 @@ def _main(argv=None):
                             'metadata': {}, 'outputs': [], 'source': CHECK_CELL.format(
                                 numpy=numpy_version, torch=torch_version)})
         copy.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding='utf-8')
+        tmp = folder / 'tmp'  # the kernel's temporary files (torch's compiled kernels too)
+        tmp.mkdir()
         out, t = run([str(py), '-c', EXECUTE, str(copy), str(args.timeout), str(folder)],
-                     env=env, cwd=folder, capture_output=True, text=True,
+                     env=dict(env, TMPDIR=str(tmp)), cwd=folder, capture_output=True, text=True,
                      timeout=args.timeout * 3)
         executed = json.loads(copy.read_text(encoding='utf-8'))
         setup_out = ''.join(_text(o) for o in executed['cells'][
