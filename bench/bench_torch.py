@@ -140,7 +140,8 @@ TTA_CONFIGS = {
                       'recipe': {**_OLD, 'cuda_graph': True, 'compile': True}},
     'recipe': {'cudnn_benchmark': False, 'recipe': dataclasses.asdict(d2l.FAST)},
 }
-SETTINGS = ('cudnn_benchmark', 'gpu_data', 'overlap_init', 'eval_batch_size', 'import_dynamo')
+SETTINGS = ('cudnn_benchmark', 'gpu_data', 'overlap_init', 'eval_batch_size', 'import_dynamo',
+            'conv_bias', 'compile_cache')
 
 
 def _variant(name, **changes):
@@ -181,6 +182,9 @@ _variant('lr_double', lr=_LR * 2)
 _variant('epochs_minus_1', epochs=_E - 1)
 _variant('epochs_plus_1', epochs=_E + 1)
 _variant('weight_decay_1e-4', weight_decay=1e-4)
+_variant('no_conv_bias', conv_bias=False)  # d2l.resnet18(10, conv_bias=False)
+# torch.compile with a warm compile cache: one unmeasured process fills it first
+_variant('compile_warm_cache', compile=True, compile_cache=True)
 # Steady throughput (no target): the recipe's CUDA graph with torch.compile inside.
 for _bs in (256, 512, 1024):
     _variant(f'steady_compile_bs{_bs}', batch_size=_bs, lr=_LR * _bs / 512, compile=True,
@@ -196,12 +200,14 @@ def _spread(values):
             'stdev': statistics.stdev(values) if len(values) > 1 else 0.0, 'n': len(values)}
 
 
-def run_tta_process(cfg, timeout):
-    """Run one fresh process of bench/tta_child.py; return its result dict."""
+def run_tta_process(cfg, timeout, cache=None):
+    """Run one fresh process of bench/tta_child.py; return its result dict. Its compile
+    caches are in the folder ``cache`` (None: an empty one, a cold compile)."""
     with tempfile.TemporaryDirectory(prefix='tta-') as tmp:
+        cache = cache or tmp
         env = dict(os.environ, PYTHONUNBUFFERED='1',
-                   TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, 'inductor'),  # a cold compile
-                   TRITON_CACHE_DIR=os.path.join(tmp, 'triton'))
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, 'inductor'),
+                   TRITON_CACHE_DIR=os.path.join(cache, 'triton'))
         env['TTA_T0'] = repr(time.time())
         proc = subprocess.run([sys.executable, str(ROOT / 'bench' / 'tta_child.py'),
                                json.dumps(cfg)], env=env, capture_output=True, text=True,
@@ -240,15 +246,22 @@ def time_to_accuracy(argv):
     print(f"{'config':28s} {'to 0.92 (s)':>18s} {'final acc':>9s} {'images/s':>9s}  items (mean s)",
           flush=True)
     for name in names:
-        runs = []
-        for r in range(args.repeats):
-            cfg = dict(_config(name), seed=args.seed + r, max_examples=args.max_examples)
-            try:
-                runs.append(run_tta_process(cfg, args.timeout))
-            except subprocess.TimeoutExpired:
-                runs.append({'error': f'no result within {args.timeout} s'})
+        runs, extra = [], {}
+        with tempfile.TemporaryDirectory(prefix='tta-cache-') as cache:
+            warm = _config(name).get('compile_cache')
+            for r in range(-1 if warm else 0, args.repeats):  # -1: fills the cache
+                cfg = dict(_config(name), seed=args.seed + max(r, 0),
+                           max_examples=args.max_examples)
+                try:
+                    run = run_tta_process(cfg, args.timeout, cache if warm else None)
+                except subprocess.TimeoutExpired:
+                    run = {'error': f'no result within {args.timeout} s'}
+                if r < 0:
+                    extra['cache_filling_run'] = run
+                else:
+                    runs.append(run)
         ok = [r for r in runs if 'error' not in r]
-        entry = {'config': _config(name), 'runs': runs,
+        entry = {'config': _config(name), 'runs': runs, **extra,
                  'reached_s': _spread([r['reached_s'] for r in ok]),
                  'reached_in': sum(r['reached_s'] is not None for r in ok),
                  'final_acc': _spread([r['test_acc'][-1] for r in ok]),

@@ -59,6 +59,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--out', type=Path, default=ROOT / 'bench' / 'results')
     parser.add_argument('--batch-size', type=int, default=d2l.FAST.batch_size)
+    parser.add_argument('--no-conv-bias', dest='conv_bias', action='store_false',
+                        help='d2l.resnet18(10, conv_bias=False): no bias before a batch norm')
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit('profile_step.py needs an NVIDIA GPU (it records a CUDA graph)')
@@ -67,8 +69,8 @@ def main():
     torch.manual_seed(0)
     recipe = dataclasses.replace(d2l.FAST, batch_size=args.batch_size)
     fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
-    net = d2l.resnet18(10).to(dev, memory_format=fmt)
-    n_conv = sum(isinstance(m, torch.nn.Conv2d) for m in net.modules())
+    net = d2l.resnet18(10, conv_bias=args.conv_bias).to(dev, memory_format=fmt)
+    n_conv = sum(isinstance(m, torch.nn.Conv2d) and m.bias is not None for m in net.modules())
     step = d2l.TrainStep(net, recipe, dev)
     step.set_lr(recipe.lr / 2)  # a rate in the middle of the schedule
     bs = args.batch_size
@@ -106,7 +108,7 @@ def main():
     result = {
         'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
         'device': d2l.gpu_name(0), 'torch': torch.__version__, 'batch_size': bs,
-        'convolutions': n_conv, 'step_ms_timed': step_ms,
+        'conv_bias': args.conv_bias, 'convolutions_with_bias': n_conv, 'step_ms_timed': step_ms,
         'images_per_s_timed': bs / step_ms * 1e3, 'kernel_ms_per_step': total,
         'categories_ms_per_step': dict(sorted(cats.items(), key=lambda kv: -kv[1])),
         'kernels': dict(sorted(kernels.items(), key=lambda kv: -kv[1]['ms_per_step'])),
@@ -117,7 +119,7 @@ def main():
         print(f'  {cat:16s} {ms:6.2f} ms  {ms / total:6.1%}')
     args.out.mkdir(parents=True, exist_ok=True)
     name = (f"{result['device'].replace(' ', '-')}-x1-{result['date'][:10]}"
-            '-recipe-step-profile.json')
+            f"-recipe-step-profile{'' if args.conv_bias else '-no-conv-bias'}.json")
     (args.out / name).write_text(json.dumps(result, indent=1) + '\n')
     if os.environ.get('OUT'):
         Path(os.environ['OUT'], name).write_text(json.dumps(result, indent=1) + '\n')

@@ -56,7 +56,7 @@ d2l.synchronize(device)
 marks['data'] = time.time() - T0
 torch.backends.cudnn.benchmark = bool(cfg.get('cudnn_benchmark', False))
 torch.manual_seed(cfg.get('seed', 0))
-net = d2l.resnet18(10)
+net = d2l.resnet18(10, conv_bias=cfg.get('conv_bias', True))
 if cfg.get('import_dynamo'):  # as building a torch.optim optimizer does
     import torch._dynamo  # noqa: F401
 t_train = time.time()

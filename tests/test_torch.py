@@ -100,6 +100,33 @@ def test_resnet18_shapes():
     assert len(convs) == 1 + 16 + 3
 
 
+def test_resnet18_without_conv_bias_computes_the_same_in_training():
+    """The batch norm after a convolution subtracts each channel's batch mean, so that
+    convolution's bias changes nothing: with the other weights copied, the network without
+    those 17 biases gives the same outputs and the same gradients in training."""
+    torch.manual_seed(0)
+    with_bias, without = d2l.resnet18(10).double(), d2l.resnet18(10, conv_bias=False).double()
+    for m in with_bias.modules():  # biases far from 0, so a mistake would show
+        if isinstance(m, torch.nn.Conv2d):
+            torch.nn.init.uniform_(m.bias, -3, 3)
+    dropped = {n for n, _ in with_bias.named_parameters()} - \
+        {n for n, _ in without.named_parameters()}
+    assert len(dropped) == 17 and all(n.endswith('.bias') for n in dropped)
+    assert not any('conv3' in n for n in dropped)  # the 1x1 shortcuts keep theirs
+    assert sum(with_bias.state_dict()[n].numel() for n in dropped) == 3904
+    without.load_state_dict({k: v for k, v in with_bias.state_dict().items() if k not in dropped})
+    X, y = torch.rand(8, 1, 28, 28, dtype=torch.float64), torch.arange(8) % 10
+    for net in (with_bias, without):
+        torch.nn.functional.cross_entropy(net(X), y).backward()
+    torch.testing.assert_close(with_bias(X), without(X))
+    grads = dict(without.named_parameters())
+    for name, p in with_bias.named_parameters():
+        if name in dropped:  # the loss does not depend on it
+            assert p.grad.abs().max() < 1e-8
+        else:
+            torch.testing.assert_close(p.grad, grads[name].grad)
+
+
 def test_load_data_fashion_mnist(isolated, tiny_dataset):
     folder, arrays = tiny_dataset
     train_iter, test_iter = d2l.load_data_fashion_mnist(5, root=folder)
