@@ -70,6 +70,11 @@ def bar_chart(labels, values, ylabel, title=None, fmt='{:.3g}', ax=None):
     return ax
 
 
+def _short(name, width=48):
+    """A kernel's long C++ name cut to ``width`` characters, for a legend."""
+    return name if len(name) <= width else name[:width - 1] + '…'
+
+
 def timeline(trace, ax=None, title=None, rows=None, legend=6):
     """Draw a profiler's Chrome trace as a timeline and return the Axes (beyond the book).
 
@@ -85,7 +90,8 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
         ax (matplotlib Axes or None): draw into this Axes (new figure if None).
         title (str or None): chart title.
         rows (callable or None): ``rows(label) -> bool`` keeps only the rows it accepts.
-        legend (int): the most frequent operator names get a colour and a legend entry.
+        legend (int): the most frequent operator names get a colour and a legend entry
+            (names longer than 48 characters cut).
 
     Raises:
         ValueError: the trace holds no timed event.
@@ -135,7 +141,7 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     ax.set_yticklabels([label[k] for k in keys])
     ax.set_xlabel('ms')
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
-              labels=[n.lstrip('_') for n in colours], fontsize='small', loc='upper left',
+              labels=[_short(n.lstrip('_')) for n in colours], fontsize='small', loc='upper left',
               bbox_to_anchor=(1.01, 1))
     if title:
         ax.set_title(title)
