@@ -1,5 +1,4 @@
-# d2lzh-perf: run and test the chapter notebooks. `make help` lists the targets, README.md the
-# variables. Every target that needs Python first creates or updates .venv from the pins.
+# d2lzh-perf: `make help` lists the targets, README.md the variables; .venv follows the pins.
 
 SHELL := /bin/bash
 # The interpreter that builds .venv: the first of these that is Python 3.10 or newer.
@@ -9,9 +8,7 @@ PYTHON ?= $(shell for p in python3 python3.12 python3.11 python3.10 python3.13; 
 # numpy 1 (requirements.txt) or 2 (requirements-numpy2.txt); Python 3.13 has no numpy 1.x.
 NUMPY ?= $(shell $(PYTHON) -c 'import sys; print(2 if sys.version_info[:2] >= (3, 13) else 1)' 2>/dev/null || echo 1)
 REQUIREMENTS := $(if $(filter 1,$(NUMPY)),requirements.txt,requirements-numpy2.txt)
-ifneq ($(filter-out 1 2,$(NUMPY))$(words $(NUMPY)),1)
-$(error NUMPY=$(NUMPY) is not valid: use 1 or 2)
-endif
+$(if $(filter-out 1 2,$(NUMPY))$(filter-out 1,$(words $(NUMPY))),$(error NUMPY=$(NUMPY) is not valid: use 1 or 2))
 VENV ?= .venv
 # The MXNet wheel: mxnet (CPU) or mxnet-cu112 (NVIDIA GPUs from Maxwell to Ada, no Hopper).
 MXNET_PACKAGE ?= mxnet
@@ -28,13 +25,9 @@ TESTS ?= tests
 project = $(shell $(or $(PYTHON),python3) d2lzh/project.py notebooks $(1))
 MXNET_NOTEBOOKS := $(call project,mxnet)
 PYTORCH_NOTEBOOKS := $(call project,pytorch)
-ifeq ($(MXNET_NOTEBOOKS),)
-$(error could not read the notebook list: `$(or $(PYTHON),python3) d2lzh/project.py notebooks mxnet` failed)
-endif
+$(if $(MXNET_NOTEBOOKS),,$(error could not read the notebook list: `$(or $(PYTHON),python3) d2lzh/project.py notebooks mxnet` failed))
 goal_notebooks := $(filter %.ipynb,$(MAKECMDGOALS))
-ifneq ($(goal_notebooks),)
-$(error $(goal_notebooks) is not a make target: use make $(or $(filter-out %.ipynb,$(MAKECMDGOALS)),run) NOTEBOOKS=$(goal_notebooks))
-endif
+$(if $(goal_notebooks),$(error $(goal_notebooks) is not a make target: use make $(or $(filter-out %.ipynb,$(MAKECMDGOALS)),run) NOTEBOOKS=$(goal_notebooks)))
 in = $(patsubst $(CURDIR)/%,%,$(filter $(abspath $(1)),$(abspath $(2))))
 ifeq ($(origin EDITION),undefined)
 ifneq ($(call in,$(PYTORCH_NOTEBOOKS),$(NOTEBOOKS)),)
@@ -42,18 +35,13 @@ EDITION := $(if $(call in,$(MXNET_NOTEBOOKS),$(NOTEBOOKS)),all,pytorch)
 endif
 endif
 EDITION ?= mxnet
-ifneq ($(words $(EDITION)) $(filter $(EDITION),mxnet pytorch all),1 $(strip $(EDITION)))
-$(error EDITION=$(EDITION) is not valid: use EDITION=mxnet (notebooks/*.ipynb), EDITION=pytorch (notebooks/pytorch/*.ipynb) or EDITION=all)
-endif
+comma := ,
+$(if $(filter-out 1,$(words $(EDITION)))$(filter-out mxnet pytorch all,$(EDITION)),$(error EDITION=$(EDITION) is not valid: use EDITION=mxnet (notebooks/*.ipynb)$(comma) EDITION=pytorch (notebooks/pytorch/*.ipynb) or EDITION=all))
 NOTEBOOKS ?= $(if $(filter pytorch,$(EDITION)),,$(MXNET_NOTEBOOKS)) $(if $(filter mxnet,$(EDITION)),,$(PYTORCH_NOTEBOOKS))
 bad := $(patsubst $(CURDIR)/%,%,$(filter-out $(abspath $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS)),$(abspath $(NOTEBOOKS))))
-ifneq ($(bad),)
-$(error NOTEBOOKS: $(bad) is not a notebook of this project; valid: $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS))
-endif
+$(if $(bad),$(error NOTEBOOKS: $(bad) is not a notebook of this project; valid: $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS)))
 other := $(call in,$(if $(filter mxnet,$(EDITION)),$(PYTORCH_NOTEBOOKS),$(if $(filter pytorch,$(EDITION)),$(MXNET_NOTEBOOKS))),$(NOTEBOOKS))
-ifneq ($(other),)
-$(error NOTEBOOKS: $(other) is in the $(if $(filter mxnet,$(EDITION)),PyTorch,MXNet) edition but EDITION=$(EDITION): use EDITION=$(if $(filter mxnet,$(EDITION)),pytorch,mxnet) or EDITION=all)
-endif
+$(if $(other),$(error NOTEBOOKS: $(other) is in the $(if $(filter mxnet,$(EDITION)),PyTorch,MXNet) edition but EDITION=$(EDITION): use EDITION=$(if $(filter mxnet,$(EDITION)),pytorch,mxnet) or EDITION=all))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help venv data run test cloud-test lab html clean distclean test-gpu-build
@@ -97,14 +85,13 @@ data: venv  ## find, install (Debian's packages, as root) or download Fashion-MN
 run: data  ## execute the notebooks into build/run/<edition>/; summary and chart: build/run/summary.{md,png,html}
 	$(PY) scripts/run_notebooks.py --build $(BUILD) $(NOTEBOOKS)
 
-# Temporary files (pytest's, the kernels', torch's error files) and the files the notebooks
-# write (d2l.output_dir()) go into one folder, removed when the tests end.
+# Temporary files (pytest's, kernels', torch's) and d2l.output_dir() go into one folder, removed after.
 test: data  ## unit tests of d2lzh + nbval on the notebooks
 	scratch=$$(mktemp -d -t d2lzh-test.XXXXXX) && trap 'rm -rf "$$scratch"' EXIT && \
 	TMPDIR=$$scratch D2LZH_OUTPUT_DIR=$$scratch/output \
 	D2LZH_MAX_EXAMPLES=$${D2LZH_MAX_EXAMPLES:-$(TEST_MAX_EXAMPLES)} $(PY) -m pytest \
 	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-	  -p no:cacheprovider $(TESTS) $(NOTEBOOKS)
+	  -p no:cacheprovider $(strip $(TESTS) $(NOTEBOOKS))
 
 CLOUD_PYTHON ?= $(PYTHON)
 cloud-test: data  ## open notebooks alone, as on Colab: fresh numpy-2 venv, no d2lzh, no MXNet
