@@ -1,18 +1,11 @@
 """d2lzh: helpers for chapter 8 "计算性能" (and 4.6) of 动手学深度学习.
 
-``import d2lzh as d2l`` gives the MXNet API the book calls (``d2l.Benchmark``,
-``d2l.try_gpu``, ``d2l.resnet18``, ``d2l.load_data_fashion_mnist`` ...).
-MXNet is imported only when a name that needs it is first used. ``import d2lzh`` adds
-the import hook of :mod:`d2lzh.setup`, which makes MXNet 1.9.1 importable on numpy 1.x and
-2.x and Python 3.10-3.13 (and loads mxnet-cu112's CUDA 11 libraries) when it is imported, so
-after ``import d2lzh`` a plain ``import mxnet`` works too.
-
-Modules: :mod:`d2lzh.data` (Fashion-MNIST files, numpy), :mod:`d2lzh.timing`
-(Benchmark, Timer), :mod:`d2lzh.plot`, :mod:`d2lzh.results` and
-:mod:`d2lzh.mxnet` (everything that needs MXNet), :mod:`d2lzh.torch` (the PyTorch twin),
-:mod:`d2lzh.setup` (what makes a runtime able to import a framework: the setup cell's
-install, the import hook), :mod:`d2lzh.checks`, :mod:`d2lzh.jobs` (what both editions'
-distributed workers share) and :mod:`d2lzh.project` (the notebook registry).
+``import d2lzh as d2l`` gives the MXNet API the book calls (``d2l.Benchmark``, ``d2l.try_gpu``,
+``d2l.resnet18``, ``d2l.load_data_fashion_mnist`` ...), importing MXNet only when a name that
+needs it is first used; its import hook (:mod:`d2lzh.setup`) makes a plain ``import mxnet`` work
+on numpy 1.x and 2.x too. The framework-free modules are ``data``, ``timing``, ``plot``,
+``results``, ``checks``, ``jobs`` and ``project``; the editions are ``d2lzh.mxnet`` and
+``d2lzh.torch``.
 """
 from .mxnet import BOOK_NAMES as _MXNET_NAMES  # the names only: MXNet is not imported
 from .results import output_dir, record

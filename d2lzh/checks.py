@@ -1,8 +1,5 @@
-"""Argument checks shared by both editions, so that one mistake gets one message.
-
-Nothing here imports MXNet or PyTorch. ``split_and_load`` keeps its check written out in
-each edition: notebook 8.4 shows the function, check included, as a ``#@save`` copy.
-"""
+"""Argument checks shared by both editions (no framework here): one mistake, one message.
+``split_and_load`` keeps its check written out: 8.4 shows it as a ``#@save`` copy."""
 import numbers
 import warnings
 
@@ -21,21 +18,10 @@ def check_positive_int(name, value, allow_none=False):
 
 
 def choose_gpus(num, gpus, describe=str, stacklevel=3):
-    """The rule of ``try_devices(num)`` in both editions (chapter 8.4/8.5).
-
-    Args:
-        num (int): devices asked for, >= 1.
-        gpus (list of int): indices of the GPUs that work on this machine.
-        describe (callable): GPU index -> text naming it in the warning.
-        stacklevel (int): passed to :func:`warnings.warn` (the user's line).
-
-    Returns:
-        list of int: the first ``num`` GPUs; all of them, with a RuntimeWarning naming
-        them, when there are fewer; ``[]`` when there is none (the CPU stands in).
-
-    Raises:
-        ValueError: ``num`` is not a positive int.
-    """
+    """The rule of ``try_devices(num)`` in both editions (8.4, 8.5): of ``gpus`` (the indices
+    of the GPUs that work here), the first ``num`` (int >= 1, else ValueError); all of them,
+    with a RuntimeWarning naming each by ``describe(index)``, when there are fewer; ``[]`` when
+    there is none (the CPU stands in). ``stacklevel``: :func:`warnings.warn`'s (the user's line)."""
     check_positive_int('num', num)
     gpus = list(gpus)
     if gpus and len(gpus) < num:

@@ -1,25 +1,14 @@
-"""Fashion-MNIST for both editions: find, verify, download and parse (book 3.5).
+"""Fashion-MNIST for both editions: find, verify, download and parse into numpy arrays (book
+3.5); each edition wraps them into minibatch iterators (``load_data_fashion_mnist``).
 
-Framework-neutral: everything here returns numpy arrays; the MXNet and PyTorch editions wrap
-them into minibatch iterators (``load_data_fashion_mnist``).
-
-Where the four files are looked for, in this order:
-
-1. the ``root`` argument;
-2. the folder named by ``$D2LZH_DATA_DIR``;
-3. MXNet's own cache, ``$MXNET_HOME/datasets/fashion-mnist`` (``~/.mxnet/...`` by default);
-4. ``/usr/share/datasets/fashion-mnist`` (Debian's package ``dataset-fashion-mnist``;
-   read-only, never written to).
-
-If none has them, they are downloaded from the upstream mirror (or ``$D2LZH_DATA_URL``) into
-the first writable place of 1-3. Every file, found or downloaded, is checked against the
-SHA-256 of its *decompressed* content before it is used, so a recompressed copy (Debian's)
-is accepted and a truncated, corrupt or wrong file never is.
-
-Decompressed copies: beside each ``.gz`` read from 1-3, a verified decompressed copy (55 MB
-for all four) is written and read from then on, which saves 0.3 s of every start.
-``$D2LZH_DATA_COPY=0`` turns this off. A copy that fails verification is never used: it is
-replaced by a verified one.
+The files are looked for in ``root``, ``$D2LZH_DATA_DIR``, MXNet's cache
+(``$MXNET_HOME/datasets/fashion-mnist``) and ``/usr/share/datasets/fashion-mnist`` (Debian's
+``dataset-fashion-mnist``, never written to); else downloaded (``$D2LZH_DATA_URL``) into the
+first writable of the first three. Every file is checked against the SHA-256 of its
+*decompressed* content before use, so Debian's recompressed copy is accepted and a truncated or
+wrong file never is. Beside each ``.gz`` read (not Debian's), a verified decompressed copy (55 MB
+for all four; 0.3 s less per start) is kept and read from then on; a copy that fails
+verification is replaced; ``$D2LZH_DATA_COPY=0`` turns the copies off.
 """
 import gzip
 import hashlib
@@ -36,27 +25,18 @@ import numpy as np
 
 from .results import max_examples_from_env, parse_max_examples
 
-FileSpec = namedtuple('FileSpec', ['name', 'sha256', 'gz_sha1'])
+FileSpec = namedtuple('FileSpec', ['name', 'sha256'])
 
-#: The four files: decompressed SHA-256 (what is verified) and the upstream ``.gz`` SHA-1
-#: (what MXNet's own FashionMNIST class checks; for reference).
+#: The four files and the SHA-256 of their decompressed content (what is verified).
 FILES = {
-    'train_images': FileSpec(
-        'train-images-idx3-ubyte',
-        'c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888',
-        '0cf37b0d40ed5169c6b3aba31069a9770ac9043d'),
-    'train_labels': FileSpec(
-        'train-labels-idx1-ubyte',
-        'bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9',
-        '236021d52f1e40852b06a4c3008d8de8aef1e40b'),
-    'test_images': FileSpec(
-        't10k-images-idx3-ubyte',
-        '5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b',
-        '626ed6a7c06dd17c0eec72fa3be1740f146a2863'),
-    'test_labels': FileSpec(
-        't10k-labels-idx1-ubyte',
-        '0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34',
-        '17f9ab60e7257a1620f4ad76bbbaf857c3920701'),
+    'train_images': FileSpec('train-images-idx3-ubyte',
+                             'c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888'),
+    'train_labels': FileSpec('train-labels-idx1-ubyte',
+                             'bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9'),
+    'test_images': FileSpec('t10k-images-idx3-ubyte',
+                            '5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b'),
+    'test_labels': FileSpec('t10k-labels-idx1-ubyte',
+                            '0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34'),
 }
 TRAIN_SIZE, TEST_SIZE = 60000, 10000
 TEXT_LABELS = ('t-shirt', 'trouser', 'pullover', 'dress', 'coat',
@@ -178,16 +158,11 @@ def _download_one(url, dest, spec, progress=True, timeout=60):
 
 
 def download_fashion_mnist(dest, url=None, progress=True):
-    """Download into folder ``dest`` (created if needed) the files it lacks, from ``url``
-    (default ``$D2LZH_DATA_URL`` or :data:`DEFAULT_URL`), with tqdm bars if ``progress``.
-
-    A file gets its final name only once it verified: a failed or interrupted download
-    leaves nothing behind and never replaces a file already there. Returns ``dest`` (Path).
-
-    Raises:
-        OSError: ``dest`` cannot be written, or the network fails.
-        CorruptDataError: a downloaded file does not verify.
-    """
+    """Download into folder ``dest`` (created if needed; returned as a Path) the files it
+    lacks, from ``url`` (default ``$D2LZH_DATA_URL`` or :data:`DEFAULT_URL`), with tqdm bars if
+    ``progress``. A file gets its name only once verified: a failed or interrupted download
+    leaves nothing and replaces nothing. OSError: ``dest`` cannot be written, or the network
+    fails; CorruptDataError: a downloaded file does not verify."""
     dest = Path(dest).expanduser()
     dest.mkdir(parents=True, exist_ok=True)
     base = url or os.environ.get('D2LZH_DATA_URL') or DEFAULT_URL
@@ -221,20 +196,13 @@ def _warn_skipped(folder, why, reason, later):
 
 
 def find_fashion_mnist(root=None, download=True, progress=True):
-    """The folder (Path) that holds all four Fashion-MNIST files, not yet verified.
-
-    The first of :func:`candidate_dirs` (``root`` first) with all four files (``.gz`` or
-    decompressed). If none has them and ``download``, they are downloaded (progress bars if
-    ``progress``) into the first writable of ``root``, ``$D2LZH_DATA_DIR``, MXNet's cache.
-
-    Warns:
-        DataDirWarning: a folder the user named lacks files, does not exist, cannot be read
-            or written; it says why and where the search goes next, before going there.
-
-    Raises:
-        FashionMNISTNotFoundError: no folder has the data and the download was not allowed
-            or failed; the message lists every folder searched and the ways to provide it.
-    """
+    """The folder (Path) that holds all four Fashion-MNIST files (``.gz`` or decompressed;
+    not yet verified): the first of :func:`candidate_dirs` that has them; else, if
+    ``download``, the first writable of ``root``, ``$D2LZH_DATA_DIR``, MXNet's cache, where
+    they are downloaded (progress bars if ``progress``). A folder the user named that lacks
+    files, does not exist, cannot be read or written gives a DataDirWarning saying why and
+    where the search goes next. FashionMNISTNotFoundError: no folder has the data and the
+    download was not allowed or failed; the message lists the folders and the ways to provide it."""
     searched = candidate_dirs(root)
     for i, (folder, why) in enumerate(searched):
         reason = _why_unusable(folder)
@@ -265,15 +233,9 @@ def find_fashion_mnist(root=None, download=True, progress=True):
 
 
 def read_idx(content, name='IDX data'):
-    """Parse the bytes of an IDX file (the MNIST format) into a numpy array.
-
-    Returns:
-        numpy.ndarray: uint8, shape from the header, e.g. (60000, 28, 28) or (60000,).
-
-    Raises:
-        CorruptDataError: bad magic number, a type other than unsigned byte, or a size
-            that does not match the header (``name`` is used in the message).
-    """
+    """Parse the bytes of an IDX file (the MNIST format) into a uint8 numpy array shaped as
+    its header says, e.g. (60000, 28, 28) or (60000,). CorruptDataError, naming ``name``: bad
+    magic number, a type other than unsigned byte, or a size that does not match the header."""
     if len(content) < 4 or content[0] != 0 or content[1] != 0:
         raise CorruptDataError(f'{name} is not an IDX file (bad magic number)')
     type_code, ndim = content[2], content[3]
@@ -291,16 +253,11 @@ def read_idx(content, name='IDX data'):
 
 
 def _read_fast(folder, spec):
-    """Verified decompressed bytes of ``spec``'s file in ``folder``, and the path read.
-
-    Reads the decompressed copy when it is there and verifies; otherwise the ``.gz`` (a bad
-    copy gives a :class:`DataDirWarning`), and then writes a verified copy beside it, unless
-    the folder is :data:`SYSTEM_DIR`, ``$D2LZH_DATA_COPY=0``, or it cannot be written.
-
-    Raises:
-        CorruptDataError: the file that had to be read (the ``.gz``, or the only file
-            there is) fails verification.
-    """
+    """Verified decompressed bytes of ``spec``'s file in ``folder``, and the path read: the
+    decompressed copy if it verifies, else the ``.gz`` (a bad copy gives a DataDirWarning),
+    then a verified copy is written beside it unless the folder is :data:`SYSTEM_DIR`,
+    ``$D2LZH_DATA_COPY=0``, or it cannot be written. CorruptDataError: the file that had to
+    be read (the ``.gz``, or the only file there is) fails verification."""
     plain, packed = folder / spec.name, folder / (spec.name + '.gz')
     if plain.is_file():
         try:
@@ -323,21 +280,13 @@ def _read_fast(folder, spec):
 
 
 def load_fashion_mnist(root=None, max_examples=None, download=True, progress=True):
-    """Fashion-MNIST as verified numpy arrays (book 3.5).
-
-    ``root``, ``download``, ``progress``: as :func:`find_fashion_mnist`. ``max_examples``
-    (int, str or None): keep the first N training and the first N test examples; None
-    reads ``$D2LZH_MAX_EXAMPLES`` (unset: all); 'all': all.
-
-    Returns:
-        tuple: ``(train_images, train_labels, test_images, test_labels)``; images uint8
-        (N, 28, 28), labels int32 (N,), N <= 60000 for training and <= 10000 for test.
-
-    Raises:
-        FashionMNISTNotFoundError: see :func:`find_fashion_mnist`.
-        CorruptDataError: a file fails verification (the message names it).
-        ValueError: invalid ``max_examples`` or ``$D2LZH_MAX_EXAMPLES``.
-    """
+    """Fashion-MNIST as verified numpy arrays (book 3.5): ``(train_images, train_labels,
+    test_images, test_labels)``, images uint8 (N, 28, 28), labels int32 (N,), N <= 60000 for
+    training, <= 10000 for test. ``max_examples`` (int, str or None): the first N training and
+    the first N test examples; None: ``$D2LZH_MAX_EXAMPLES`` (unset: all); 'all': all.
+    ``root``, ``download``, ``progress`` and FashionMNISTNotFoundError: as
+    :func:`find_fashion_mnist`. CorruptDataError: a file fails verification (named);
+    ValueError: invalid ``max_examples`` or ``$D2LZH_MAX_EXAMPLES``."""
     limit = max_examples_from_env() if max_examples is None else \
         parse_max_examples(max_examples)
     folder = find_fashion_mnist(root, download=download, progress=progress)

@@ -1,14 +1,8 @@
-"""What both editions' distributed workers share (beyond the book; no framework here).
-
-* :func:`batch_indices`: the one sharding rule. Like ``DistributedSampler`` with
-  ``drop_last=True``, but cut per step rather than per epoch, so that W workers with
-  minibatch B see exactly the examples of one process with minibatch W*B.
-* :func:`watch`: a worker's deadline and launcher watch: ps-lite never notices a dead
-  peer, and torchrun's workers would run on as orphans, holding their GPUs, if
-  ``torchrun`` itself were killed.
-* :func:`inject_faults`: the test seam that makes one worker fail on purpose (tests, and
-  the notebooks that show how a job ends). It wraps the worker's data iterator from
-  outside; the training loops know nothing of it.
+"""What both editions' distributed workers share (beyond the book; no framework here): the one
+sharding rule (:func:`batch_indices`), a worker's deadline and launcher watch (:func:`watch`:
+ps-lite never notices a dead peer, and torchrun's workers would run on as orphans if
+``torchrun`` were killed), and the test seam that makes one worker fail on purpose
+(:func:`inject_faults`: it wraps the data iterator from outside; no loop knows of it).
 """
 import os
 import signal
@@ -25,17 +19,14 @@ FAULT_ENV = 'D2LZH_FAULT'
 
 
 def batch_indices(num_examples, batch_size, world_size, rank, epoch, seed):
-    """Which examples worker ``rank`` (0 .. world_size-1; None: all of them, the
-    one-process reference) trains on at each step of ``epoch``.
-
-    Step t's global minibatch is the t-th run of ``batch_size * world_size`` examples of
-    the permutation ``RandomState(seed + epoch)``; worker ``rank`` takes its ``rank``-th
-    slice of ``batch_size``. Returns a list of int64 index arrays, one per step; the last
-    incomplete global minibatch is dropped, so every worker takes the same number of steps.
-
-    Raises:
-        ValueError: fewer examples than one global minibatch, or a bad rank.
-    """
+    """Which examples worker ``rank`` (0 .. world_size-1; None: all, the one-process
+    reference) trains on at each step of ``epoch``: step t's global minibatch is the t-th run of
+    ``batch_size * world_size`` examples of the permutation ``RandomState(seed + epoch)``, and
+    worker ``rank`` takes its ``rank``-th slice of ``batch_size``. Like ``DistributedSampler``
+    with ``drop_last=True``, but cut per step, so that W workers with minibatch B see exactly
+    the examples of one process with minibatch W*B. Returns a list of int64 index arrays, one
+    per step (an incomplete last global minibatch is dropped). ValueError: fewer examples than
+    one global minibatch, or a bad rank."""
     global_batch = batch_size * world_size
     steps = num_examples // global_batch
     if steps < 1:
@@ -65,17 +56,11 @@ def _alive(pid):
 
 
 def watch(timeout, who, on_deadline=None, interval=0.5):
-    """End this process at its deadline, or as soon as its launcher has gone.
-
-    The launcher has gone when this process's parent changes (it was re-parented), or when
-    the process named by ``$D2LZH_LAUNCHER_PID`` no longer runs. A daemon thread looks
-    every ``interval`` seconds and calls ``os._exit`` after printing why to stderr: 124 at
-    the deadline, 1 when orphaned.
-
-    ``timeout``: seconds from now (None or <= 0: no deadline); ``who`` names this process
-    in the message (``'worker rank 1'``); ``on_deadline(message)`` runs just before the exit
-    at the deadline (e.g. to write a status file). Returns the started daemon thread.
-    """
+    """End this process ``timeout`` seconds from now (None or <= 0: never), or as soon as its
+    launcher has gone: its parent changed (re-parented), or ``$D2LZH_LAUNCHER_PID`` no longer
+    runs. A daemon thread (returned) looks every ``interval`` s and calls ``os._exit`` after
+    printing why, naming ``who`` (``'worker rank 1'``), to stderr: 124 at the deadline (after
+    ``on_deadline(message)``, e.g. to write a status file), 1 when orphaned."""
     parent = os.getppid()
     launcher = int(os.environ.get(LAUNCHER_PID_ENV) or 0) or None
     deadline = time.monotonic() + timeout if timeout and timeout > 0 else None

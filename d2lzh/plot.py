@@ -1,8 +1,6 @@
-"""Matplotlib helpers for the notebooks' charts (both editions).
-
-Charts are labelled in Chinese: every helper here first selects a Chinese font that is
-installed (e.g. Debian's ``fonts-wqy-microhei``, which ``make data`` and CI install). Without
-one, Chinese characters show as boxes, and matplotlib's warning for each is kept quiet.
+"""Matplotlib helpers for the notebooks' charts (both editions), labelled in Chinese: each
+first selects an installed Chinese font (e.g. Debian's ``fonts-wqy-microhei``, which ``make
+data`` and CI install); without one, Chinese shows as boxes, and matplotlib's warnings are quiet.
 """
 import warnings
 
@@ -38,19 +36,10 @@ def set_figsize(figsize=(5.0, 3.0)):
 
 
 def bar_chart(labels, values, ylabel, title=None, fmt='{:.3g}', ax=None):
-    """Draw a labelled bar chart of measured values and return the Axes.
-
-    Args:
-        labels (list of str): one per bar.
-        values (list of float): bar heights, in the unit named by ``ylabel``.
-        ylabel (str): axis label with its unit, e.g. ``'seconds'``.
-        title (str or None): chart title.
-        fmt (str): format of the number printed on each bar.
-        ax (matplotlib Axes or None): draw into this Axes (new figure if None).
-
-    Raises:
-        ValueError: ``labels`` and ``values`` differ in length or are empty.
-    """
+    """Draw a bar per measured value (list of float, in the unit that ``ylabel`` names, e.g.
+    ``'秒'``) with its ``labels`` (list of str) and the value printed on it by ``fmt``, into
+    ``ax`` (a new figure if None); return the Axes. ValueError: ``labels`` and ``values``
+    differ in length or are empty."""
     import matplotlib.pyplot as plt
     _use_chinese_font()
     if len(labels) != len(values) or not labels:
@@ -85,16 +74,10 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     ``mx.profiler.dump()`` and ``torch.profiler``'s ``export_chrome_trace`` write; the
     same file opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
 
-    Args:
-        trace (dict, str or os.PathLike): the parsed JSON, or the file's path.
-        ax (matplotlib Axes or None): draw into this Axes (new figure if None).
-        title (str or None): chart title.
-        rows (callable or None): ``rows(label) -> bool`` keeps only the rows it accepts.
-        legend (int): the most frequent operator names get a colour and a legend entry
-            (names longer than 48 characters cut).
-
-    Raises:
-        ValueError: the trace holds no timed event.
+    ``trace``: the parsed JSON (dict) or the file's path; ``ax``: draw there (None: a new
+    figure); ``rows(label) -> bool`` keeps only the rows it accepts; the ``legend`` most
+    frequent operator names get a colour and a legend entry (cut to 48 characters).
+    ValueError: the trace holds no timed event.
     """
     import json
     from collections import Counter, defaultdict

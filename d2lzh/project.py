@@ -1,10 +1,7 @@
-"""The project's own facts, written once: its notebooks and its repository (beyond the book).
-
-:data:`NOTEBOOKS` is the one registry of the chapter notebooks, read by the Makefile, the
-scripts, the installer and the tests. The repository URL is written once, in pyproject.toml's
-``[project.urls] Source``. As a script (no package import): ``python d2lzh/project.py
-notebooks mxnet|pytorch|all`` prints the paths for the Makefile.
-"""
+"""The project's own facts, written once (beyond the book): :data:`NOTEBOOKS`, the one registry
+of the notebooks (read by the Makefile, the scripts, the installer and the tests), and the
+repository URL (from pyproject.toml's ``[project.urls] Source``). ``python d2lzh/project.py
+notebooks mxnet|pytorch|all`` (no package import) prints the paths for the Makefile."""
 import importlib.metadata
 import re
 import sys

@@ -1,13 +1,7 @@
-"""What a notebook measured, and on how much data (beyond the book).
-
-* :func:`record` keeps one key figure for ``make run``'s summary: with ``$D2LZH_RESULTS``
-  naming a file (``make run`` sets one per notebook) it is appended there as one JSON line,
-  with the data subset it was trained on and the GPUs the framework could use.
-* :func:`choose_max_examples` decides how much of Fashion-MNIST a training cell uses
-  (all of it with a GPU, a subset on a CPU, or ``$D2LZH_MAX_EXAMPLES``) and remembers the
-  choice for the figures recorded after it.
-* :func:`load_reference` reads a stored benchmark JSON of the repository that a notebook
-  quotes, from the checkout or, for a notebook opened alone, from the repository.
+"""What a notebook measured, and on how much data (beyond the book): :func:`record` keeps a
+key figure for ``make run``'s summary, :func:`choose_max_examples` decides how much of
+Fashion-MNIST a training cell uses (and remembers it for the figures recorded after it), and
+:func:`load_reference` reads a benchmark JSON of the repository that a notebook quotes.
 """
 import json
 import numbers
@@ -15,6 +9,7 @@ import os
 import sys
 
 from . import project
+from .checks import check_positive_int
 
 #: What the figures recorded from now on were measured on: ``{'subset': int or None}``.
 CONTEXT = {}
@@ -49,11 +44,8 @@ def max_examples_from_env():
 def note_data_subset(num_train):
     """Say that the figures recorded from now on were trained on the first ``num_train``
     training images (None: all). Raises ValueError unless None or a positive int."""
-    if num_train is not None and (isinstance(num_train, bool) or not isinstance(num_train, int)
-                                  or num_train < 1):
-        raise ValueError(f'note_data_subset: num_train must be a positive int or None, '
-                         f'got {num_train!r}')
-    CONTEXT['subset'] = num_train
+    check_positive_int('num_train', num_train, allow_none=True)
+    CONTEXT['subset'] = None if num_train is None else int(num_train)
 
 
 def choose_max_examples(cpu_default, gpu_available=None):
@@ -97,24 +89,17 @@ def _gpus_in_use():
 
 def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
            headline=False):
-    """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged.
+    """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged. With
+    ``$D2LZH_RESULTS`` naming a file (``make run`` sets one per notebook) it is appended there as
+    a JSON line, with the data subset and the GPUs the framework could use.
 
-    Args:
-        key (str): short identifier, e.g. ``'hybridize_speedup'``.
-        value (float, int or str): the figure as measured.
-        unit (str): e.g. ``'s'``, ``'images/s'``; ``'x'`` marks a speed-up (a ratio), which
-            the summary's chart shows.
-        note (str or None): free text shown beside the figure.
-        what (str or None): the figure in words, in the notebook's language, e.g.
-            ``'混合式编程后 MLP 快了'``: the summary's line and the chart's label.
-        tags (sequence of str): what the figure was measured on that a reader must know,
-            said by the notebook, e.g. ``['2 个设备 = 同一组 CPU 核心']``.
-        spread ((low, high) or None): the range over repeats, in ``unit``.
-        headline (bool): the notebook's headline figure (its summary line).
-
-    Raises:
-        ValueError: ``key`` is empty or not a str, ``note``/``what`` is not a str, or
-            ``spread`` is not a pair.
+    ``key`` (str): e.g. ``'hybridize_speedup'``; ``value`` (float, int or str) as measured;
+    ``unit``: e.g. ``'s'``, ``'images/s'``, ``'x'`` (a speed-up: the summary's chart shows it);
+    ``note``: free text; ``what``: the figure in words, in the notebook's language (the summary
+    line, the chart's label); ``tags``: what it was measured on that a reader must know, e.g.
+    ``['2 个设备 = 同一组 CPU 核心']``; ``spread``: (low, high) over repeats, in ``unit``;
+    ``headline``: the notebook's headline figure. ValueError: ``key`` empty or not a str,
+    ``note``/``what`` not a str, ``spread`` not a pair.
     """
     if not isinstance(key, str) or not key:
         raise ValueError(f'record: key must be a non-empty str, got {key!r}')
@@ -167,16 +152,11 @@ def output_dir():
 
 
 def load_reference(path, timeout=30):
-    """A JSON file of the repository that a notebook quotes, e.g. a stored benchmark run
-    (``'bench/results/....json'``, with ``/``); beyond the book.
-
-    Read from the checkout d2lzh is imported from. A notebook opened alone (Colab, Kaggle,
-    SageMaker Studio Lab) has none: then it is downloaded from ``$D2LZH_REFERENCE_URL`` or
-    the repository (:func:`d2lzh.project.url`), parsed in memory, never written anywhere.
-
-    Returns the parsed JSON, or None when neither worked, after one printed line that says
-    why and that the notebook goes on without it.
-    """
+    """The parsed JSON file ``path`` (with ``/``, e.g. ``'bench/results/....json'``) of the
+    repository that a notebook quotes (beyond the book): from the checkout d2lzh is imported
+    from; for a notebook opened alone (Colab, Kaggle, Studio Lab), downloaded from
+    ``$D2LZH_REFERENCE_URL`` or the repository (:func:`d2lzh.project.url`), never written
+    anywhere. None when neither worked, after one printed line saying why."""
     local = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                          *path.split('/'))
     if os.path.isfile(local):

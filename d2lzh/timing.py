@@ -1,4 +1,5 @@
 """Timers shared by both editions (book section 8.2 defines ``Benchmark``)."""
+import statistics
 import time
 from collections import namedtuple
 
@@ -30,12 +31,9 @@ class Benchmark:  #@save
 
 
 class Timer:
-    """Collect several wall-clock intervals, in seconds.
-
-    ``start()`` begins an interval, ``stop()`` ends it and returns its length;
-    ``sum()``, ``avg()`` and ``times`` give the totals. Like ``Benchmark`` it
-    does not synchronise: call the framework's sync point before ``stop()``.
-    """
+    """Collect wall-clock intervals, in seconds: ``start()``, ``stop()`` (returns the length),
+    ``sum()``, ``avg()``, ``times``. Like ``Benchmark`` it does not synchronise: call the
+    framework's sync point before ``stop()``."""
 
     def __init__(self):
         self.times = []
@@ -67,9 +65,9 @@ class Timer:
 
 
 class Speedup(namedtuple('Speedup', 'median low high repeats')):
-    """A speed-up measured over paired repeats (beyond the book): the median of the ratios
-    ``baseline / faster`` and their range, ``low`` .. ``high``. ``str()`` gives one sentence
-    (Chinese) that never states a direction its spread does not support."""
+    """A speed-up over paired repeats (beyond the book): the median of the ratios ``baseline /
+    faster``, their range ``low`` .. ``high``, and ``str()``: one Chinese sentence that never
+    states a direction its spread does not support."""
 
     @property
     def measurable(self):
@@ -86,22 +84,12 @@ class Speedup(namedtuple('Speedup', 'median low high repeats')):
 
 
 def speedup(baseline, faster):
-    """The speed-up of ``faster`` over ``baseline``, from paired repeats.
-
-    Args:
-        baseline, faster (list of float): seconds of the same work, repeat i of each
-            measured one after the other (so that both see the same state of the machine).
-
-    Returns:
-        Speedup: median, low and high of the ratios ``baseline[i] / faster[i]``.
-
-    Raises:
-        ValueError: the lists are empty, differ in length, or hold a time <= 0.
-    """
+    """The :class:`Speedup` (median, low, high of the ratios ``baseline[i] / faster[i]``) of
+    ``faster`` over ``baseline``: lists of seconds of the same work, repeat i of each measured
+    one after the other (so that both see the same state of the machine). ValueError: the
+    lists are empty, differ in length, or hold a time <= 0."""
     if not baseline or len(baseline) != len(faster) or min(*baseline, *faster) <= 0:
         raise ValueError(f'speedup: give two equally long lists of positive times, got '
                          f'{len(baseline)} and {len(faster)} values')
-    ratios = sorted(b / f for b, f in zip(baseline, faster))
-    n = len(ratios)
-    median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
-    return Speedup(median, ratios[0], ratios[-1], n)
+    ratios = [b / f for b, f in zip(baseline, faster)]
+    return Speedup(statistics.median(ratios), min(ratios), max(ratios), len(ratios))

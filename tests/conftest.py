@@ -37,7 +37,7 @@ def tiny_dataset(tmp_path, monkeypatch):
     for key, spec in data.FILES.items():
         content = idx_bytes(arrays[key])
         (folder / (spec.name + '.gz')).write_bytes(gzip.compress(content))
-        files[key] = data.FileSpec(spec.name, hashlib.sha256(content).hexdigest(), None)
+        files[key] = data.FileSpec(spec.name, hashlib.sha256(content).hexdigest())
     monkeypatch.setattr(data, 'FILES', files)
     return folder, arrays
 

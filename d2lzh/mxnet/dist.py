@@ -40,18 +40,16 @@ def write_status(**fields):
 
 def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=None, lr=0.1,
           max_examples=2048, seed=0, root=None, step_batch='global'):
-    """Train LeNet with ``gluon.Trainer`` and plain SGD, alone or as one worker of a job.
-
-    With a ``'dist_*'`` ``kvstore`` this process trains on its shard (``kv.rank`` of
-    ``kv.num_workers``; ``num_workers``: None or the same) via :func:`d2lzh.jobs.inject_faults`;
-    else on the global minibatch of ``num_workers`` (default 1): the reference. ``batch_size``
-    is per worker and step; ``max_steps`` None or >= 0. ``step_batch='local'`` calls
-    ``trainer.step(batch_size)``, not ``(batch_size * num_workers)``: a common mistake; as the
-    servers sum W gradients, plain SGD then trains as one process with W times ``lr``. Returns a
-    dict of ``params`` (float32 numpy arrays), ``names``, ``rank``, ``num_workers``, ``steps``,
-    ``global_batch``, ``losses`` (per step), ``compute_s``, ``step_s`` (s: forward + backward;
-    ``trainer.step``), ``param_bytes``, ``kvstore``, ``lr``, ``step_batch``. ValueError: an
-    invalid argument; RuntimeError: the fault ``$D2LZH_FAULT`` asks for."""
+    """Train LeNet with ``gluon.Trainer`` and plain SGD, alone or as one worker of a job: with a
+    ``'dist_*'`` ``kvstore`` on this process's shard (``kv.rank`` of ``kv.num_workers``, which
+    ``num_workers`` may repeat) through :func:`d2lzh.jobs.inject_faults`, else on the global
+    minibatch of ``num_workers`` (default 1), the reference. ``batch_size``: per worker and step;
+    ``step_batch='local'``: ``trainer.step(batch_size)``, not ``(batch_size * num_workers)``, a
+    common mistake (the servers sum W gradients: plain SGD then trains with W times ``lr``).
+    Returns a dict: ``params`` (float32 numpy arrays), ``names``, ``rank``, ``num_workers``,
+    ``steps``, ``global_batch``, ``losses`` (per step), ``compute_s``, ``step_s`` (s: forward +
+    backward; ``trainer.step``), ``param_bytes``, ``kvstore``, ``lr``, ``step_batch``.
+    ValueError: an invalid argument; RuntimeError: the fault ``$D2LZH_FAULT`` asks for."""
     from .book import lenet
     mx = import_mxnet()
     from mxnet import autograd, gluon, nd

@@ -30,7 +30,7 @@ def _say(msg):
 
 
 class TrackerThread(threading.Thread):
-    """A Thread with dmlc's ``isAlive()`` (gone in Python 3.9) and ``setDaemon()`` (deprecated)."""
+    """A Thread with dmlc's ``isAlive()`` (gone in Python 3.9) and ``setDaemon()``."""
 
     isAlive = threading.Thread.is_alive  # noqa: N815 (dmlc_tracker's spelling)
 

@@ -1,10 +1,8 @@
-"""CUDA 11 runtime libraries for ``mxnet-cu112``, from NVIDIA's pip packages (beyond the book).
-
-``mxnet-cu112`` 1.9.1 links against the CUDA 11.2-era runtime, which cloud notebooks (CUDA 12
-driver, torch's cu12 libraries) and driver-only servers lack. NVIDIA's pip packages
-(:data:`PACKAGES`) go into a folder of their own (:func:`target_dir`), never over torch (their
-nccl and nvtx files collide with torch's cu12 ones); no loader looks there: :func:`preload` (step
-2 of :mod:`d2lzh.setup`'s import hook) loads them. The NVIDIA driver must come from the machine."""
+"""CUDA 11 runtime libraries for ``mxnet-cu112`` 1.9.1, which cloud notebooks (CUDA 12 driver,
+torch's cu12 libraries) and driver-only servers lack (beyond the book): NVIDIA's pip packages
+(:data:`PACKAGES`) go into a folder of their own (:func:`target_dir`; their nccl and nvtx files
+collide with torch's), where :func:`preload`, step 2 of :mod:`d2lzh.setup`'s import hook, loads
+them. The NVIDIA driver must come from the machine."""
 import ctypes
 import importlib.machinery
 import os

@@ -33,14 +33,12 @@ class SetupError(ImportError):
 
 
 def choose_mxnet(gpus=None, notebook=None):
-    """The :class:`Plan` for ``gpus`` (list of :class:`~d2lzh.setup.gpus.GPU`, the
-    :class:`~d2lzh.setup.gpus.GPUQueryError` ``query_gpus()`` raised, or None: query now).
-    No NVIDIA GPU -> ``mxnet`` (CPU); compute capability 5.0-8.9 (P100, T4, V100, A100, A10,
-    L4) -> ``mxnet-cu112`` and NVIDIA's CUDA 11 libraries (1.6 GB); 9.0 and newer (H100, H200,
-    Blackwell), older, unknown, or a driver that does not answer -> the CPU build, with a
-    warning saying why (Hopper: a link to the PyTorch twin of ``notebook``, an MXNet notebook's
-    file name). ``$D2LZH_MXNET_PACKAGE`` (``mxnet`` or ``mxnet-cu112``) wins; another value
-    raises :class:`SetupError`."""
+    """The :class:`Plan` for ``gpus`` (list of GPU, the GPUQueryError ``query_gpus()`` raised,
+    or None: query now): no NVIDIA GPU -> ``mxnet`` (CPU); compute capability 5.0-8.9 (P100,
+    T4, V100, A100, A10, L4) -> ``mxnet-cu112`` with NVIDIA's CUDA 11 libraries (1.6 GB);
+    newer (H100, H200, Blackwell; the warning links the PyTorch twin of the MXNet notebook
+    ``notebook``), older, unknown, or no answer -> the CPU build, with a warning saying why.
+    ``$D2LZH_MXNET_PACKAGE`` (``mxnet`` or ``mxnet-cu112``, else SetupError) wins."""
     cpu, cu112 = f'mxnet=={MXNET_VERSION}', f'mxnet-cu112=={MXNET_VERSION}'
     forced = os.environ.get('D2LZH_MXNET_PACKAGE', '').strip()
     if forced:

@@ -19,11 +19,10 @@ def _removed(name):
 
 
 def restore_numpy_names(np=None):
-    """Put back on the numpy module ``np`` (default: ``import numpy``) the names MXNet 1.9.1
-    reads and numpy removed, as aliases of today's equivalents (``np.alltrue = np.all`` ...) or,
-    for the financial functions numpy dropped, stubs raising NotImplementedError that name
-    ``numpy_financial``; a name numpy still provides, even deprecated, is never replaced.
-    Returns the names added (list of str)."""
+    """Put back on numpy (``np``; default: ``import numpy``) the names MXNet 1.9.1 reads and
+    numpy removed: aliases of today's equivalents (``np.alltrue = np.all`` ...), and for the
+    dropped financial functions stubs that raise NotImplementedError naming ``numpy_financial``.
+    A name numpy still has, even deprecated, is kept. Returns the names added (list of str)."""
     if np is None:
         import numpy as np
 

@@ -8,12 +8,11 @@ import torch.nn.functional as F  # noqa: F401
 from torch import nn  # noqa: F401
 
 from ..plot import bar_chart, set_figsize, timeline  # noqa: F401
-from ..results import load_reference, output_dir, record  # noqa: F401
+from ..results import choose_max_examples, load_reference, output_dir, record  # noqa: F401
 from ..setup import lazy_names
 from ..timing import Benchmark, Timer, speedup  # noqa: F401
 from .book import *  # noqa: F401,F403
 from .book import __all__ as _book
-from ..results import choose_max_examples  # noqa: F401
 from .data import (FashionMNISTIter, ShardIter,  # noqa: F401
                    load_data_fashion_mnist)
 from .recipe import FAST, Recipe, TrainStep, train_fast  # noqa: F401

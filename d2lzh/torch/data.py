@@ -15,15 +15,13 @@ class FashionMNISTIter(_data.MinibatchIter):
     """Minibatches ``(X, y)`` of ``images`` (uint8 (N, 28, 28)) and ``labels`` (int (N,)): X
     float32 (batch, 1, H, W) in [0, 1] (bilinear ``resize`` x ``resize`` if given), y int64
     (batch,); the last may be smaller; ``shuffle``: a new ``torch.randperm`` order every pass.
-    Where the data lives is the point of chapter 8's PyTorch notebooks:
-
-    * ``device=None`` (the book's way): batches are cut on the host, the loop copies them;
-    * ``pin_memory=True`` (with CUDA): the same from pinned host memory, so that the loop's
-      ``X.to('cuda', non_blocking=True)`` overlaps computation. A shuffled pass is first
-      gathered into a second pinned buffer (2 x 188 MB in all), refilled only after a CUDA
-      event of the previous pass: batches are views of it (``.clone()`` to keep);
-    * ``device='cuda'``: the data set lives on the GPU as uint8 (47 MB); batches are shuffled,
-      cut and scaled there: no copy per batch."""
+    Where the data lives is the point of chapter 8's PyTorch notebooks. ``device=None`` (the
+    book's way): batches are cut on the host, the loop copies them. ``pin_memory=True`` (with
+    CUDA): the same from pinned memory, so that ``X.to('cuda', non_blocking=True)`` overlaps
+    computation; a shuffled pass is gathered into a second pinned buffer (2 x 188 MB in all),
+    refilled only after a CUDA event of the previous pass (batches are views: ``.clone()`` to
+    keep). ``device='cuda'``: the data set lives on the GPU as uint8 (47 MB), batches are
+    shuffled, cut and scaled there: no copy per batch."""
 
     def __init__(self, images, labels, batch_size, shuffle, resize=None, device=None,
                  pin_memory=False):

@@ -22,8 +22,7 @@ from .book import gpu_name, lenet, num_gpus, resnet18
 from .data import FashionMNISTIter, ShardIter
 from .recipe import FAST, Recipe, capture_stream, check_settings, setting, train_fast
 
-__all__ = ['Job', 'ddp_worker', 'main', 'torchrun_env', 'init_process_group',
-           'refuse_graph_with_several', 'GRAPH_EXPERIMENT_ENV']
+__all__ = ['Job', 'ddp_worker', 'main', 'init_process_group', 'refuse_graph_with_several']
 
 #: Set to 1 to record the DDP step as a CUDA graph in several NCCL processes anyway, to look
 #: into the hang (docs/gpu-runs.md); the job's timeout still ends a hung run.
@@ -64,10 +63,10 @@ def torchrun_env():
 
 def init_process_group(backend, timeout):
     """Join torchrun's job; return (rank, world_size, device): cuda:LOCAL_RANK with NCCL
-    (RuntimeError if there is no such GPU), else the CPU with this process's share of the cores.
-    Keys go under a prefix of this attempt in torchrun's store, which outlives restarts (gloo
-    read a dead process's address there in 2 of 3 restarts, torch 2.13); on one machine the
-    sockets stay on loopback. ``timeout`` (s) bounds every collective."""
+    (RuntimeError if there is no such GPU), else the CPU with this process's share of the
+    cores. Keys go under this attempt's prefix in torchrun's store, which outlives restarts
+    (gloo read a dead process's address there, torch 2.13); on one machine the sockets stay
+    on loopback; ``timeout`` (s) bounds every collective."""
     rank, local_rank, world_size = torchrun_env()
     if backend == 'nccl':
         if local_rank >= num_gpus():

@@ -278,21 +278,20 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
                'examples': 0, 'amp': step.amp or 'off', 'fused_sgd': step.fused_sgd,
                'start_epoch': 0, 'startup_s': 0.0, 'reached': None}
     if recipe.checkpoint is not None and os.path.exists(recipe.checkpoint):
-        state = torch.load(recipe.checkpoint, map_location=device, weights_only=True)
+        state, name = torch.load(recipe.checkpoint, map_location=device, weights_only=True), \
+            os.path.basename(recipe.checkpoint)
         module.load_state_dict(state['model'])
         try:
             step.optimizer.load_state_dict(state['optimizer'])
         except (KeyError, ValueError, TypeError) as err:
-            raise ValueError(f'{os.path.basename(recipe.checkpoint)} holds the state of another '
-                             f'optimizer ({type(err).__name__}: {err}): pass the recipe it was '
-                             'written with (fused_sgd, momentum), or move it away to start '
-                             'afresh') from err
+            raise ValueError(f'{name} holds the state of another optimizer ({type(err).__name__}: '
+                             f'{err}): pass the recipe it was written with (fused_sgd, momentum), '
+                             'or move it away to start afresh') from err
         if state.get('scaler'):  # fp16's GradScaler; {} when disabled
             step.scaler.load_state_dict(state['scaler'])
         history = {**history, **state['history'], 'start_epoch': state['epoch'] + 1}
         if verbose:
-            print(f'resuming from {os.path.basename(recipe.checkpoint)}: epoch '
-                  f'{history["start_epoch"]} of {recipe.epochs} done'
+            print(f'resuming from {name}: epoch {history["start_epoch"]} of {recipe.epochs} done'
                   + (' and the target accuracy reached' if history['reached'] else ''))
     lrs, n = learning_rates(recipe, len(train_iter)), len(train_iter)
     first = recipe.epochs if history['reached'] else history['start_epoch']
