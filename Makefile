@@ -17,6 +17,7 @@ PIP := $(PY) -m pip --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed-$(MXNET_PACKAGE)-numpy$(NUMPY)
 BUILD ?= build
 TEST_MAX_EXAMPLES ?= 256
+TEST_JOBS ?= 2
 # The unit tests `make test` runs before the notebooks (files or folders under tests/).
 TESTS ?= tests
 
@@ -91,6 +92,7 @@ test: data  ## unit tests of d2lzh + nbval on the notebooks
 	TMPDIR=$$scratch D2LZH_OUTPUT_DIR=$$scratch/output \
 	D2LZH_MAX_EXAMPLES=$${D2LZH_MAX_EXAMPLES:-$(TEST_MAX_EXAMPLES)} $(PY) -m pytest \
 	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+  -n $(TEST_JOBS) --dist loadfile \
 	  -p no:cacheprovider $(strip $(TESTS) $(NOTEBOOKS))
 
 CLOUD_PYTHON ?= $(PYTHON)
