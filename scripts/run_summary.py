@@ -258,7 +258,7 @@ def draw_chart(items, path):
     font = _cjk_font()
     colours = {'mxnet': 'tab:blue', 'pytorch': 'tab:orange'}
     with plt.rc_context({'font.family': [font, 'DejaVu Sans'] if font else ['DejaVu Sans']}):
-        fig, ax = plt.subplots(figsize=(9, 1.4 + 0.38 * len(items)))
+        fig, ax = plt.subplots(figsize=(12, 1.6 + 0.38 * len(items)))
         ys = range(len(items))
         values = [it[3] for it in items]
         err = [[max(0.0, v - (it[4] or (v, v))[0]) for v, it in zip(values, items)],
@@ -278,9 +278,8 @@ def draw_chart(items, path):
         for y, v, high in zip(ys, values, err[1]):
             ax.annotate(format_value(v, 'x'), (v + high, y), xytext=(4, 0),
                         textcoords='offset points', va='center', fontsize='small')
-        ax.set_xlabel('speed-up (x), from 1x (no gain): median of repeats; '
-                      'error bar: their range')
-        ax.set_title('Every speed-up measured by make run')
+        ax.set_xlabel('speed-up (x), from 1x (no gain):\nmedian of repeats; error bar: their range')
+        fig.suptitle('Every speed-up measured by make run')  # the labels leave the axes narrow
         ax.margins(x=0.15)
         fig.tight_layout()
         fig.savefig(path, format='png', dpi=100, metadata={'Software': None})
