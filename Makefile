@@ -87,13 +87,13 @@ run: data  ## execute the notebooks into build/run/<edition>/; summary and chart
 	$(PY) scripts/run_notebooks.py --build $(BUILD) $(NOTEBOOKS)
 
 # Temporary files (pytest's, kernels', torch's) and d2l.output_dir() go into one folder, removed after.
+# OMP_WAIT_POLICY=PASSIVE: waiting OpenMP threads sleep, not spin on the other test process's cores.
 test: data  ## unit tests of d2lzh + nbval on the notebooks
 	scratch=$$(mktemp -d -t d2lzh-test.XXXXXX) && trap 'rm -rf "$$scratch"' EXIT && \
-	TMPDIR=$$scratch D2LZH_OUTPUT_DIR=$$scratch/output \
+	TMPDIR=$$scratch D2LZH_OUTPUT_DIR=$$scratch/output OMP_WAIT_POLICY=PASSIVE \
 	D2LZH_MAX_EXAMPLES=$${D2LZH_MAX_EXAMPLES:-$(TEST_MAX_EXAMPLES)} $(PY) -m pytest \
 	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-  -n $(TEST_JOBS) --dist loadfile \
-	  -p no:cacheprovider $(strip $(TESTS) $(NOTEBOOKS))
+	  -n $(TEST_JOBS) --dist loadfile -p no:cacheprovider $(strip $(TESTS) $(NOTEBOOKS))
 
 CLOUD_PYTHON ?= $(PYTHON)
 cloud-test: data  ## open notebooks alone, as on Colab: fresh numpy-2 venv, no d2lzh, no MXNet
