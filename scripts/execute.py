@@ -126,9 +126,10 @@ def _stop_kernel(client, wait=10):
             time.sleep(0.2)
 
 
-def execute(nb, cwd, timeout, env, progress):
+def execute(nb, cwd, timeout, env, progress, stderr=None):
     """Run every code cell of ``nb`` (in place) in a ``python3`` kernel started in ``cwd``
-    with the environment ``env``; ``timeout`` seconds per cell.
+    with the environment ``env``; ``timeout`` seconds per cell; the kernel process's own
+    stderr (what C++ libraries print there) goes to the open file ``stderr`` (None: ours).
 
     Returns:
         (error, interrupted): ``error`` is '' when every cell ran, else one line naming the
@@ -146,7 +147,7 @@ def execute(nb, cwd, timeout, env, progress):
 
     def run():
         try:
-            client.execute(env=env)
+            client.execute(env=env, stderr=stderr)
         except BaseException as err:  # reported by the main thread
             failure.append(err)
 

@@ -15,7 +15,9 @@ of rendering has its own folder, so no run overwrites another's results::
 Nothing is ever lost: a notebook runs into ``NAME.attempt/`` and its results above replace
 the previous ones only when every cell ran; a failed or interrupted (Ctrl-C) run leaves the
 last good results as they were and says where the attempt's output is. The kernel's
-``TMPDIR`` is a folder of its own, removed after the notebook. ``<edition>`` is the
+``TMPDIR`` is a folder of its own, removed after the notebook; its stderr (what C++ libraries
+print there, e.g. the profiler's) goes to ``NAME.attempt/NAME.stderr.log``, kept only with a
+failed attempt. ``<edition>`` is the
 notebook's edition in the registry :mod:`d2lzh.project` (for any other notebook:
 ``pytorch`` in a folder named ``pytorch``, else ``mxnet``); without notebooks it runs the
 MXNet edition's. Exits with 1 if a notebook failed (naming the cell as Jupyter shows it:
@@ -179,8 +181,9 @@ def run_one(path, build, timeout):
     start = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix=f'd2lzh-{name}-')  # the kernel's TMPDIR (short: sockets)
     try:
-        error, interrupted = execute(work, path.resolve().parent, timeout,
-                                     _kernel_env(figures, output, tmp), Progress(work))
+        with open(attempt / f'{name}.stderr.log', 'w') as log:
+            error, interrupted = execute(work, path.resolve().parent, timeout,
+                                         _kernel_env(figures, output, tmp), Progress(work), log)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     entry = project.find(path.resolve().as_posix())

@@ -61,7 +61,8 @@ def results(build):
 # ---------------------------------------------------------------- running
 def test_runner_names_the_failing_cell_as_jupyter_does(tmp_path):
     bad = tmp_path / 'nbs' / 'bad.ipynb'
-    write_nb(bad, ['x = 1', '# NBVAL_IGNORE_OUTPUT\nraise ValueError(\'boom\')', 'print("never")'])
+    write_nb(bad, ["import os\nx = os.write(2, b'native noise\\n')  # as C++ code prints",
+                   '# NBVAL_IGNORE_OUTPUT\nraise ValueError(\'boom\')', 'print("never")'])
     before = bad.read_bytes()
     out = runner(['--build', 'build', 'nbs/bad.ipynb'], tmp_path)  # relative, as make passes it
     assert out.returncode == 1, out.stdout + out.stderr
@@ -73,6 +74,9 @@ def test_runner_names_the_failing_cell_as_jupyter_does(tmp_path):
     executed = nbformat.read(attempt / 'bad.ipynb', as_version=4)
     assert executed.cells[1].execution_count == 2
     assert (attempt / 'bad.html').is_file()
+    # the kernel's own stderr: kept with the failed attempt, not in the terminal
+    assert (attempt / 'bad.stderr.log').read_text() == 'native noise\n'
+    assert 'native noise' not in out.stdout + out.stderr
     assert not (tmp_path / 'build' / 'run' / 'mxnet' / 'bad.ipynb').exists(), \
         'a failed run is never a result'
     assert bad.read_bytes() == before, 'the source notebook is never modified'
