@@ -17,10 +17,9 @@ the previous ones only when every cell ran; a failed or interrupted (Ctrl-C) run
 last good results as they were and says where the attempt's output is. The kernel's
 ``TMPDIR`` is a folder of its own, removed after the notebook; its stderr (what C++ libraries
 print there, e.g. the profiler's) goes to ``NAME.attempt/NAME.stderr.log``, kept only with a
-failed attempt. ``<edition>`` is the
-notebook's edition in the registry :mod:`d2lzh.project` (for any other notebook:
-``pytorch`` in a folder named ``pytorch``, else ``mxnet``); without notebooks it runs the
-MXNet edition's. Exits with 1 if a notebook failed (naming the cell as Jupyter shows it:
+failed attempt. ``<edition>`` is the notebook's edition in the registry :mod:`d2lzh.project`
+(for any other notebook: ``pytorch`` in a folder named ``pytorch``, else ``mxnet``); without
+notebooks it runs the MXNet edition's. Exits with 1 if a notebook failed (naming the cell as Jupyter shows it:
 ``[4]`` and the first line of its source), 130 when interrupted, 2 for a bad command line.
 
     python scripts/run_notebooks.py [NOTEBOOK ...] [--build build] [--timeout S]
