@@ -154,19 +154,19 @@ def ddp_worker(recipe=None, job=None):
             digest.update(p.detach().float().cpu().contiguous().numpy().tobytes())
         digests = [None] * world_size
         dist.all_gather_object(digests, digest.hexdigest())
+        if rank != 0:
+            return None
+        history.update(world_size=world_size, backend=backend, restart_count=restarts,
+                       device=gpu_name(device.index) if device.type == 'cuda' else 'cpu',
+                       params_digest=digests, examples=history['examples'] * world_size,
+                       images_per_s=history['images_per_s'] * world_size)
+        if job.out:  # before the teardown below: whatever happens there, the result is kept
+            os.makedirs(job.out, exist_ok=True)
+            with open(os.path.join(job.out, 'result.json'), 'w') as f:
+                json.dump(history, f)
+        return history
     finally:
         dist.destroy_process_group()
-    if rank != 0:
-        return None
-    history.update(world_size=world_size, backend=backend, restart_count=restarts,
-                   device=gpu_name(device.index) if device.type == 'cuda' else 'cpu',
-                   params_digest=digests, examples=history['examples'] * world_size,
-                   images_per_s=history['images_per_s'] * world_size)
-    if job.out:
-        os.makedirs(job.out, exist_ok=True)
-        with open(os.path.join(job.out, 'result.json'), 'w') as f:
-            json.dump(history, f)
-    return history
 
 
 def _parse(argv=None):
