@@ -73,14 +73,14 @@ $(STAMP): $(REQUIREMENTS) pyproject.toml
 	$(PIP) install --no-deps --no-build-isolation -e .
 	@touch $@
 
-# Debian's packages, installed as root where missing: the data, and a Chinese font for the charts
-DEBIAN_PACKAGES := dataset-fashion-mnist fonts-wqy-microhei
+# Debian's packages, installed as root where missing: the data (the charts' font is a pip pin)
+DEBIAN_PACKAGES := dataset-fashion-mnist
 data: venv  ## find, install (Debian's packages, as root) or download Fashion-MNIST and verify it
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	[ -z "$$missing" ] || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  echo "installing $$missing" && { apt-get install -y -q $$missing || { apt-get update -q && \
 	  apt-get install -y -q $$missing; }; } >/dev/null 2>&1; } || \
-	  echo "not installed: $$missing (the loader downloads the data; charts lack a Chinese font)"
+	  echo "not installed: $$missing (the loader downloads the data)"
 	$(PY) -m d2lzh.data
 
 run: data  ## execute the notebooks into build/run/<edition>/; summary and chart: build/run/summary.{md,png,html}

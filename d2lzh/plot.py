@@ -1,30 +1,48 @@
-"""Matplotlib helpers for the notebooks' charts (both editions), labelled in Chinese: each
-first selects an installed Chinese font (e.g. Debian's ``fonts-wqy-microhei``, which ``make
-data`` and CI install); without one, Chinese shows as boxes, and matplotlib's warnings are quiet.
+"""Matplotlib helpers for the notebooks' charts (both editions), labelled in Chinese.
+
+The Chinese font travels with d2lzh: WenQuanYi Micro Hei (文泉驿微米黑, the face of Debian's
+``fonts-wqy-microhei``) from the pinned dependency ``mpl-font`` (pyproject.toml says why),
+registered with matplotlib by every helper here, so that no system font is needed: a fresh
+cloud runtime or a GPU machine without fonts draws Chinese, not boxes.
 """
+import importlib.util
+import os
 import warnings
 
 _CJK_FONTS = ('WenQuanYi Micro Hei', 'WenQuanYi Zen Hei', 'Noto Sans CJK SC', 'Noto Sans SC',
               'Source Han Sans SC', 'SimHei', 'Microsoft YaHei', 'PingFang SC', 'Heiti SC')
 
 
+def font_file():
+    """Path (str) of the Chinese font file that d2lzh registers: WenQuanYi Micro Hei as the
+    package ``mpl-font`` installs it, or None where that package is missing."""
+    spec = importlib.util.find_spec('mpl_font')  # found, not imported: its modules set rcParams
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, 'fonts', 'wqy', 'wqy-microhei.ttc')
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def _use_chinese_font():
-    """Put the first installed Chinese font first in matplotlib's sans-serif list."""
+    """Register d2lzh's Chinese font (:func:`font_file`) and put the first Chinese font that
+    matplotlib knows first in its sans-serif list. Without any, warn once with the fix."""
     import matplotlib
     from matplotlib import font_manager
     names = {f.name for f in font_manager.fontManager.ttflist}
-    if not names.intersection(_CJK_FONTS):  # installed after matplotlib built its cache
-        for path in font_manager.findSystemFonts():
-            if any(k in path.lower() for k in ('wqy', 'cjk', 'simhei', 'sourcehan')):
-                font_manager.fontManager.addfont(path)
+    path = font_file()
+    if path and 'WenQuanYi Micro Hei' not in names:
+        font_manager.fontManager.addfont(path)
         names = {f.name for f in font_manager.fontManager.ttflist}
     found = [f for f in _CJK_FONTS if f in names]
     if found:
         fonts = matplotlib.rcParams['font.sans-serif']
+        matplotlib.rcParams['font.family'] = ['sans-serif']
         matplotlib.rcParams['font.sans-serif'] = [found[0]] + [f for f in fonts if f != found[0]]
         matplotlib.rcParams['axes.unicode_minus'] = False
     else:
-        warnings.filterwarnings('ignore', message='Glyph .* missing from')
+        warnings.warn('d2lzh.plot: no Chinese font, so Chinese labels show as boxes; install '
+                      "d2lzh's font with: pip install mpl-font==1.1.0", stacklevel=3)
 
 
 def set_figsize(figsize=(5.0, 3.0)):

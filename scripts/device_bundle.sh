@@ -25,6 +25,22 @@ fi
 rm -rf "$out" && mkdir -p "$out/kernel" "$out/wheels" "$out/data"
 "${download[@]}" -d "$out/kernel" $(grep -E '^(ipykernel|nbclient)==' requirements-cloud.txt)
 "${download[@]}" --no-deps -d "$out/wheels" tqdm psutil setuptools
+# d2lzh's font package (pyproject.toml), 57 MB of which d2lzh uses one 5 MB font: the bundle
+# carries the same wheel without its Noto Sans CJK files (its RECORD rewritten to match).
+"${download[@]}" --no-deps -d "$out" "$(grep -E '^mpl-font==' requirements.txt)"
+"$py" - "$out"/mpl_font-*.whl "$out/wheels" <<'EOF_PY'
+import os, sys, zipfile
+src, folder = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(src) as whl, \
+        zipfile.ZipFile(os.path.join(folder, os.path.basename(src)), 'w', zipfile.ZIP_DEFLATED) as out:
+    for item in whl.infolist():
+        data = whl.read(item)
+        if item.filename.endswith('dist-info/RECORD'):
+            data = b''.join(ln for ln in data.splitlines(True) if b'/fonts/noto/' not in ln)
+        if '/fonts/noto/' not in item.filename:
+            out.writestr(item, data)
+os.remove(src)
+EOF_PY
 had_egg_info=$([ -e d2lzh.egg-info ] && echo 1 || true)
 "$py" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
   -w "$out/wheels" .

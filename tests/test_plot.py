@@ -1,5 +1,8 @@
 """d2lzh.plot: the charts the notebooks draw, the timeline from real profiler traces."""
 import json
+import os
+import subprocess
+import sys
 
 import matplotlib
 import pytest
@@ -58,12 +61,48 @@ def test_bar_chart_needs_one_label_per_value():
         plot.bar_chart(['a'], [1.0, 2.0], 'seconds')
 
 
-def test_charts_use_an_installed_chinese_font(recwarn):
-    from matplotlib import font_manager
+# Draws a chart with Chinese labels in a fresh interpreter where matplotlib knows no system
+# font (only its own DejaVu fonts, as on a fresh cloud runtime or a GPU machine): prints the
+# font of the title and every warning matplotlib gave while drawing.
+_DRAW_WITHOUT_SYSTEM_FONTS = """
+import sys, warnings
+import matplotlib
+matplotlib.use('Agg')
+from matplotlib import font_manager
+font_manager.fontManager.ttflist = [f for f in font_manager.fontManager.ttflist
+                                    if 'mpl-data' in f.fname]
+from d2lzh import plot
+if sys.argv[1] == 'without-d2lzh-font':
+    plot.font_file = lambda: None
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
     ax = plot.bar_chart(['混合前', '混合后'], [1.0, 0.4], '秒', title='调用 1000 次的时间')
     ax.figure.canvas.draw()
-    names = {f.name for f in font_manager.fontManager.ttflist}
-    if not names.intersection(plot._CJK_FONTS):
-        pytest.skip('no Chinese font installed (apt-get install fonts-wqy-microhei)')
-    assert matplotlib.rcParams['font.sans-serif'][0] in plot._CJK_FONTS
-    assert not [w for w in recwarn if 'Glyph' in str(w.message)]
+print(font_manager.FontProperties(family=matplotlib.rcParams['font.sans-serif'][0]).get_name())
+print(font_manager.findfont(ax.title.get_fontproperties()))
+for w in caught:
+    print('WARNING', w.message)
+"""
+
+
+def _draw_without_system_fonts(tmp_path, mode):
+    env = dict(os.environ, MPLCONFIGDIR=str(tmp_path / 'mplconfig'))
+    done = subprocess.run([sys.executable, '-c', _DRAW_WITHOUT_SYSTEM_FONTS, mode], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_charts_draw_chinese_with_every_system_font_hidden(tmp_path):
+    """d2lzh's own font (mpl-font's WenQuanYi Micro Hei) is registered and used: no glyph is
+    missing although matplotlib sees no system font."""
+    out = _draw_without_system_fonts(tmp_path, 'with-d2lzh-font')
+    assert 'missing from' not in out, out
+    assert plot.font_file() in out and 'WenQuanYi Micro Hei' in out, out
+
+
+def test_without_a_chinese_font_the_glyphs_are_missing_and_d2lzh_says_how_to_fix(tmp_path):
+    """The check above can fail: without d2lzh's font matplotlib warns of missing glyphs, and
+    d2lzh names the package that fixes it."""
+    out = _draw_without_system_fonts(tmp_path, 'without-d2lzh-font')
+    assert 'missing from' in out and 'pip install mpl-font==' in out, out
