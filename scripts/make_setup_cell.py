@@ -10,11 +10,12 @@ git), the table of Colab, Kaggle and SageMaker Studio Lab links in docs/cloud.md
 "Open in Colab" links of README's notebook tables. A fork changes that one line and runs
 this script.
 
-Every notebook gets the same first code cell (see :func:`setup_cell_source`). A notebook
-whose first code cell is an older setup cell (it starts with the marker line) has it
-replaced; any other notebook gets the setup cell inserted before its first code cell, which
-thus becomes the second and keeps its own imports and outputs (e.g. ``d2l.setup_report()``).
-Running the script again changes nothing.
+Every notebook gets the same first code cell (see :func:`setup_cell_source`), tagged
+``nbval-ignore-output`` (what it prints depends on the machine). A notebook whose first code
+cell is an older setup cell (it has the marker line) has it replaced; any other notebook gets
+the setup cell inserted before its first code cell, which thus becomes the second and keeps
+its own imports and outputs (e.g. ``d2l.setup_report()``). Running the script again changes
+nothing.
 """
 import argparse
 import json
@@ -28,6 +29,7 @@ from d2lzh import project  # noqa: E402
 
 MARKER = '# d2lzh setup cell'
 CELL_ID = 'd2lzh-setup'
+TAGS = ['nbval-ignore-output']          # the cell's metadata tags, read by nbval
 CLOUD_DOC = ROOT / 'docs' / 'cloud.md'
 README = ROOT / 'README.md'
 LINKS_START = '<!-- cloud-links: written by scripts/make_setup_cell.py -->'
@@ -54,8 +56,7 @@ def setup_cell_source():
     """The text of the setup cell (str), the same for every notebook of both editions."""
     owner, repo, branch = repository()
     archive = f'https://github.com/{owner}/{repo}/archive/refs/heads/{branch}.zip'
-    return f'''# NBVAL_IGNORE_OUTPUT
-{MARKER} (the same in every notebook; scripts/make_setup_cell.py writes it).
+    return f'''{MARKER} (the same in every notebook; scripts/make_setup_cell.py writes it).
 # Where d2lzh is missing (this notebook opened alone on Colab, Kaggle, SageMaker Studio Lab or
 # any Jupyter), it installs d2lzh with pip; the notebook's first `import mxnet` or
 # `import torch` then installs the framework build that fits this machine, saying what and why.
@@ -97,11 +98,15 @@ def update_notebook(path, source):
     """Put the setup cell first; returns the new file text (equal to the old when current)."""
     old_text = path.read_text(encoding='utf-8')
     nb = json.loads(old_text)
-    cell = {'cell_type': 'code', 'execution_count': None, 'id': CELL_ID, 'metadata': {},
-            'outputs': [], 'source': _source_lines(source)}
+    cell = {'cell_type': 'code', 'execution_count': None, 'id': CELL_ID,
+            'metadata': {'tags': list(TAGS)}, 'outputs': [], 'source': _source_lines(source)}
     first = first_code_cell(nb)
     if first is not None and ''.join(first['source']) == source:
-        return old_text
+        tags = first.setdefault('metadata', {}).setdefault('tags', [])
+        if all(t in tags for t in TAGS):
+            return old_text
+        tags += [t for t in TAGS if t not in tags]          # the rest of the cell is kept
+        return json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + '\n'
     if first is not None and MARKER in ''.join(first['source']):
         cell['execution_count'] = first.get('execution_count')
         cell['outputs'] = []        # an older setup cell: its outputs are not this one's
@@ -115,7 +120,7 @@ def update_notebook(path, source):
     ids = [c.get('id') for c in nb['cells'] if c is not cell]
     if CELL_ID in ids:
         raise SystemExit(f'{path}: another cell already has the id {CELL_ID!r}')
-    return json.dumps(nb, indent=1, ensure_ascii=False) + '\n'
+    return json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + '\n'
 
 
 def _shift_execution_counts(nb, cell):
