@@ -1,4 +1,4 @@
-"""The stored notebooks: code shared with the package, hygiene, nbval's cell names.
+"""The stored notebooks: code shared with the package, hygiene, nbval's tags and cell names.
 
 nbval (``pytest --nbval notebooks``) re-executes the notebooks and compares
 outputs; these tests check what nbval does not. The runner behind ``make run`` is
@@ -25,6 +25,7 @@ TORCH_NOTEBOOKS = [ROOT / path for path in project.notebooks('pytorch')]
 NOTEBOOKS = MXNET_NOTEBOOKS + TORCH_NOTEBOOKS
 IDS = [f'{p.parent.name}/{p.stem}' for p in NOTEBOOKS]
 MACHINE_PATH = re.compile(r'(/work/|/root/|/home/[a-z]|/tmp/[A-Za-z0-9_.-]+/|/Users/)')
+NBVAL_COMMENT = re.compile(r'^\s*#\s*(NBVAL_|PYTEST_VALIDATE_)', re.M)
 
 
 def _code_cells(nb):
@@ -166,13 +167,66 @@ def test_recorded_figures_say_what_they_are(path):
         f'{len(headlines)} figures recorded with headline=True: mark the one the summary shows'
 
 
+@pytest.mark.parametrize('path', NOTEBOOKS, ids=IDS)
+def test_nbval_markers_are_cell_tags(path):
+    """nbval's markers are cell tags, not comments in the code a student reads, and every tag
+    is one nbval knows (it ignores a misspelt tag without a word)."""
+    from nbval.plugin import metadata_tags
+    for cell in _code_cells(_load(path)):
+        where = f'cell {cell.source.lstrip()[:60]!r}'
+        assert not NBVAL_COMMENT.search(cell.source), \
+            f'{where}: an nbval comment; make it a tag (e.g. nbval-ignore-output)'
+        tags = cell.metadata.get('tags', [])
+        assert isinstance(tags, list) and all(isinstance(t, str) for t in tags), where
+        unknown = sorted(set(tags) - set(metadata_tags))
+        assert not unknown, f'{where}: tags {unknown} are none of nbval\'s {sorted(metadata_tags)}'
+        assert 'nbval-raises-exception' not in tags, \
+            f'{where}: tag raises-exception, which make run (nbclient) also honours'
+    setup = _code_cells(_load(path))[0]
+    assert '# d2lzh setup cell' in setup.source and \
+        'nbval-ignore-output' in setup.metadata.get('tags', []), 'the setup cell is tagged'
+
+
+def test_make_setup_cell_writes_the_tag(tmp_path):
+    """scripts/make_setup_cell.py tags the setup cell nbval-ignore-output: a new one, one that
+    replaces an older setup cell, and a current one that lacks only the tag (nothing else in
+    that notebook changes); a second run changes nothing."""
+    sys.path.insert(0, str(ROOT / 'scripts'))
+    try:
+        import make_setup_cell
+    finally:
+        sys.path.pop(0)
+    source = make_setup_cell.setup_cell_source()
+    assert 'NBVAL' not in source
+    code = nbformat.v4.new_code_cell('print(1)', execution_count=1)
+    older = nbformat.v4.new_code_cell('# NBVAL_IGNORE_OUTPUT\n# d2lzh setup cell (old)\n',
+                                      execution_count=1)
+    untagged = nbformat.v4.new_code_cell(source, execution_count=1,
+                                         metadata={'collapsed': False})
+    for name, cells in [('new', [code]), ('older', [older, code]), ('untagged', [untagged])]:
+        path = tmp_path / f'{name}.ipynb'
+        nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+        before = nbformat.read(path, as_version=4)
+        path.write_text(make_setup_cell.update_notebook(path, source), encoding='utf-8')
+        nb = nbformat.read(path, as_version=4)
+        first = nb.cells[0]
+        assert first.source == source and first.metadata['tags'] == ['nbval-ignore-output']
+        if name == 'untagged':
+            first.metadata.pop('tags')
+            assert nb == before
+        assert make_setup_cell.update_notebook(path, source) == path.read_text(encoding='utf-8')
+
+
 def test_nbval_names_the_failing_cell_as_jupyter_does(tmp_path):
-    """tests/conftest.py makes nbval's report name the cell as make run does."""
+    """tests/conftest.py makes nbval's report name the cell as make run does; nbval reads the
+    tags (a cell tagged nbval-ignore-output whose output differs passes)."""
+    printed = [nbformat.v4.new_output('stream', name='stdout', text='3\n')]
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell('x = 1', execution_count=1),
-        nbformat.v4.new_code_cell('# NBVAL_CHECK_OUTPUT\nprint(x + 1)', execution_count=2,
-                                  outputs=[nbformat.v4.new_output('stream', name='stdout',
-                                                                  text='3\n')])])
+        nbformat.v4.new_code_cell('print(x + 1)', execution_count=2, outputs=printed,
+                                  metadata={'tags': ['nbval-check-output']}),
+        nbformat.v4.new_code_cell('print(x)', execution_count=3, outputs=printed,
+                                  metadata={'tags': ['nbval-ignore-output']})])
     nb.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3',
                                  'language': 'python'}
     nbformat.write(nb, tmp_path / 'mismatch.ipynb')
@@ -183,3 +237,4 @@ def test_nbval_names_the_failing_cell_as_jupyter_does(tmp_path):
     assert out.returncode == 1, out.stdout + out.stderr
     assert 'mismatch.ipynb: cell [2] "print(x + 1)" failed (nbval\'s Cell 1)' in out.stdout, \
         out.stdout
+    assert '1 failed, 3 passed' in out.stdout, out.stdout
