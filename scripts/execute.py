@@ -6,7 +6,6 @@ Ctrl-C (SIGINT; ``run_notebooks`` turns SIGTERM into the same): it then stops th
 every process it started, and says so.
 """
 import os
-import re
 import signal
 import sys
 import threading
@@ -14,9 +13,9 @@ import time
 
 
 def first_line(cell):
-    """The first line of a cell's source that is not blank or an nbval marker."""
+    """The first line of a cell's source that is not blank (nbval's markers are cell tags)."""
     for line in cell.get('source', '').splitlines():
-        if line.strip() and not re.match(r'\s*#\s*NBVAL_', line):
+        if line.strip():
             return line.strip()
     return ''
 

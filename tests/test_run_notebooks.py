@@ -62,11 +62,11 @@ def results(build):
 def test_runner_names_the_failing_cell_as_jupyter_does(tmp_path):
     bad = tmp_path / 'nbs' / 'bad.ipynb'
     write_nb(bad, ["import os\nx = os.write(2, b'native noise\\n')  # as C++ code prints",
-                   '# NBVAL_IGNORE_OUTPUT\nraise ValueError(\'boom\')', 'print("never")'])
+                   '\nraise ValueError(\'boom\')', 'print("never")'])
     before = bad.read_bytes()
     out = runner(['--build', 'build', 'nbs/bad.ipynb'], tmp_path)  # relative, as make passes it
     assert out.returncode == 1, out.stdout + out.stderr
-    # [2]: the execution count Jupyter shows; the first line that is not an nbval marker
+    # [2]: the execution count Jupyter shows; the first line that is not blank
     assert 'nbs/bad.ipynb failed in cell [2] "raise ValueError(\'boom\')": ValueError: boom' \
         in out.stderr, out.stderr
     attempt = tmp_path / 'build' / 'run' / 'mxnet' / 'bad.attempt'
