@@ -77,9 +77,45 @@ def bar_chart(labels, values, ylabel, title=None, fmt='{:.3g}', ax=None):
     return ax
 
 
-def _short(name, width=48):
-    """A kernel's long C++ name cut to ``width`` characters, for a legend."""
-    return name if len(name) <= width else name[:width - 1] + '…'
+# What a GPU kernel or profiler event does, found in its (often 150-character C++) name: the
+# first rule whose words occur in the lower-cased name gives the legend's label.
+_WHAT_IT_DOES = ((('memcpy htod', 'memcpy h2d'), '复制：主机→GPU'),
+                 (('memcpy dtoh', 'memcpy d2h'), '复制：GPU→主机'),
+                 (('memcpy dtod', 'memcpy d2d', 'memcpy ptop', 'memcpy p2p'), '复制：GPU→GPU'),
+                 (('memset',), '内存置零'), (('nccl',), 'NCCL 通信'),
+                 (('batch_norm', 'batchnorm', 'bn_fw', 'bn_bw'), '批量归一化'),
+                 (('conv', 'cudnn'), '卷积'), (('gemm', 'xmma', 'cutlass', 'cublas'), '矩阵乘法'),
+                 (('reduce',), '归约（求和等）'), (('copy',), '复制（核函数）'), (('fill',), '填充'))
+_FUNCTOR_OPS = {'add': '加法', 'mul': '乘法', 'sub': '减法', 'div': '除法', 'fill': '填充',
+                'exp': '指数', 'tanh': 'tanh', 'relu': 'ReLU', 'sigmoid': 'sigmoid', 'gelu': 'GELU'}
+
+
+def short_name(name, width=28):
+    """A legend's label for a profiler event ``name`` (str): a CUDA kernel named by what it
+    does (``'void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add
+    <float>, ...>'`` -> ``'逐元素：加法'``; cuBLAS kernels -> ``'矩阵乘法'``; copies with their
+    direction), an operator's short name kept (``'aten::add'``), anything else the last part of
+    its C++ name, cut to ``width`` characters (beyond the book)."""
+    low = name.lower()
+    if low.startswith('void ') or any(w in low for w in ('kernel', 'memcpy', 'memset', 'nccl',
+                                                         'gemm', 'xmma', 'cutlass')):
+        for words, label in _WHAT_IT_DOES:
+            if any(w in low for w in words):
+                return label
+        if 'elementwise' in low or 'functor' in low:
+            op = next((zh for key, zh in _FUNCTOR_OPS.items()
+                       if f'_{key}' in low or f'{key}functor' in low or f'{key}_kernel' in low), None)
+            return f'逐元素：{op}' if op else '逐元素运算'
+    base = name.replace('(anonymous namespace)::', '').removeprefix('void ')
+    base = name if name.startswith('aten::') else \
+        base.split('<')[0].split('(')[0].strip().split('::')[-1].lstrip('_') or name
+    return base if len(base) <= width else base[:width - 1] + '…'
+
+
+def _internal(event, row_label):
+    """True for what the profiler records about itself (its buffer requests, its own rows)."""
+    return (event.get('cat') in ('overhead', 'Trace') or 'Activity Buffer' in event.get('name', '')
+            or row_label.startswith(('Spans', 'PyTorch Profiler')))
 
 
 def timeline(trace, ax=None, title=None, rows=None, legend=6):
@@ -94,7 +130,9 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
 
     ``trace``: the parsed JSON (dict) or the file's path; ``ax``: draw there (None: a new
     figure); ``rows(label) -> bool`` keeps only the rows it accepts; the ``legend`` most
-    frequent operator names get a colour and a legend entry (cut to 48 characters).
+    frequent operations get a colour and a legend entry, named by :func:`short_name` (a CUDA
+    kernel by what it does); the profiler's records about itself (its buffer requests, its
+    own rows, negative process ids) are left out.
     ValueError: the trace holds no timed event.
     """
     import json
@@ -108,24 +146,27 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     events = trace['traceEvents'] if isinstance(trace, dict) else trace
     names, bars, open_ = {}, defaultdict(list), {}
     for e in events:
-        key = (e.get('pid'), e.get('tid'))
+        key, name = (e.get('pid'), e.get('tid')), short_name(e.get('name', ''))
+        if _internal(e, ''):
+            continue
         if e.get('ph') == 'M' and e.get('name') in ('process_name', 'thread_name'):
             names[(e['pid'], None if e['name'] == 'process_name' else e.get('tid'))] = \
                 str(e.get('args', {}).get('name', ''))
         elif e.get('ph') == 'X' and 'dur' in e:
-            bars[key].append((e['ts'], e['dur'], e.get('name', '')))
+            bars[key].append((e['ts'], e['dur'], name))
         elif e.get('ph') in ('B', 'b'):  # b/e: async events (MXNet's frontend API calls)
             open_[key + (e.get('name'), e.get('id'))] = e['ts']
         elif e.get('ph') in ('E', 'e') and key + (e.get('name'), e.get('id')) in open_:
             start = open_.pop(key + (e.get('name'), e.get('id')))
-            bars[key].append((start, e['ts'] - start, e.get('name', '')))
+            bars[key].append((start, e['ts'] - start, name))
     label = {k: ' '.join(filter(None, (names.get((k[0], None)), names.get(k)))) or f'{k[0]}/{k[1]}'
              for k in bars}
     for text in set(label.values()):  # several threads of one process: number them
         same = sorted(k for k in label if label[k] == text)
         for i, k in enumerate(same if len(same) > 1 else []):
             label[k] = f'{text} #{i + 1}'
-    keys = sorted((k for k in bars if rows is None or rows(label[k])), key=lambda k: label[k])
+    keys = sorted((k for k in bars if not _internal({}, label[k]) and (rows is None or rows(label[k]))
+                   and not (isinstance(k[0], int) and k[0] < 0)), key=lambda k: label[k])
     if not keys:
         raise ValueError('timeline: the trace holds no timed event (ph X, or B/E pairs)')
     t0 = min(ts for k in keys for ts, _, _ in bars[k])
@@ -142,7 +183,7 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     ax.set_yticklabels([label[k] for k in keys])
     ax.set_xlabel('ms')
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
-              labels=[_short(n.lstrip('_')) for n in colours], fontsize='small', loc='upper left',
+              labels=list(colours), fontsize='small', loc='upper left',
               bbox_to_anchor=(1.01, 1))
     if title:
         ax.set_title(title)

@@ -106,3 +106,38 @@ def test_without_a_chinese_font_the_glyphs_are_missing_and_d2lzh_says_how_to_fix
     d2lzh names the package that fixes it."""
     out = _draw_without_system_fonts(tmp_path, 'without-d2lzh-font')
     assert 'missing from' in out and 'pip install mpl-font==' in out, out
+
+
+@pytest.mark.parametrize('name, label', [
+    ('void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, '
+     'at::detail::Array<char*, 2> >(int, at::native::CUDAFunctorOnSelf_add<float>, '
+     'at::detail::Array<char*, 2>)', '逐元素：加法'),
+    ('sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_'
+     'segment_k_off_kernel__5x_cublas', '矩阵乘法'),
+    ('void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, '
+     'at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>', '归约（求和等）'),
+    ('Memcpy HtoD (Pageable -> Device)', '复制：主机→GPU'),
+    ('Memcpy DtoH (Device -> Pinned)', '复制：GPU→主机'),
+    ('ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)', 'NCCL 通信'),
+    ('void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>', '批量归一化'),
+    ('aten::add', 'aten::add'), ('dot', 'dot'), ('cudaLaunchKernel', 'cudaLaunchKernel'),
+    ('void at::native::(anonymous namespace)::some_kernel<int>', 'some_kernel'),
+])
+def test_short_name_says_what_a_kernel_does(name, label):
+    assert plot.short_name(name) == label
+
+
+def test_timeline_leaves_out_the_profilers_own_rows_and_names_kernels_shortly():
+    kernel = ('void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add'
+              '<float>, at::detail::Array<char*, 2> >(int, at::native::CUDAFunctorOnSelf_add<float>)')
+    trace = {'traceEvents': [
+        {'ph': 'M', 'name': 'process_name', 'pid': 1, 'args': {'name': 'python'}},
+        {'ph': 'X', 'name': 'aten::add', 'ts': 0, 'dur': 5, 'pid': 1, 'tid': 1},
+        {'ph': 'X', 'name': kernel, 'cat': 'kernel', 'ts': 3, 'dur': 4, 'pid': 0, 'tid': 7},
+        {'ph': 'X', 'name': 'Activity Buffer Request', 'cat': 'overhead', 'ts': 0, 'dur': 9,
+         'pid': -1, 'tid': 0},
+        {'ph': 'X', 'name': 'span', 'ts': 0, 'dur': 9, 'pid': -2, 'tid': 0}]}
+    ax = plot.timeline(trace)
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(rows) == 2 and not any('-1' in r or '-2' in r for r in rows), rows
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == ['aten::add', '逐元素：加法']
