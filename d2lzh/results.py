@@ -16,6 +16,9 @@ CONTEXT = {}
 #: Where :func:`load_reference` downloads from instead of the repository: a URL ending in
 #: ``/`` (``file://CHECKOUT/`` when scripts/cloud_runtime.py stands a checkout in for it).
 REFERENCE_URL_ENV = 'D2LZH_REFERENCE_URL'
+#: What a figure is, for the summary (:func:`record`'s ``kind``): a speed-up (time before / time
+#: after, charted), another ratio (not charted), a test accuracy; None: not said.
+KINDS = ('speedup', 'ratio', 'accuracy')
 
 
 def parse_max_examples(value, what='max_examples'):
@@ -88,7 +91,7 @@ def _gpus_in_use():
 
 
 def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
-           headline=False):
+           headline=False, kind=None):
     """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged. With
     ``$D2LZH_RESULTS`` naming a file (``make run`` sets one per notebook) it is appended there as
     a JSON line, with the data subset and the GPUs the framework could use.
@@ -98,8 +101,10 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
     ``note``: free text; ``what``: the figure in words, in the notebook's language (the summary
     line, the chart's label); ``tags``: what it was measured on that a reader must know, e.g.
     ``['2 个设备 = 同一组 CPU 核心']``; ``spread``: (low, high) over repeats, in ``unit``;
-    ``headline``: the notebook's headline figure. ValueError: ``key`` empty or not a str,
-    ``note``/``what`` not a str, ``spread`` not a pair.
+    ``headline``: the notebook's headline figure; ``kind``: one of :data:`KINDS` or None (the
+    summary then guesses from ``unit`` and ``key``: pass ``'ratio'`` for a ratio in ``'x'`` that
+    is not a speed-up). ValueError: ``key`` empty or not a str, ``note``/``what`` not a str,
+    ``spread`` not a pair, ``kind`` not in :data:`KINDS`.
     """
     if not isinstance(key, str) or not key:
         raise ValueError(f'record: key must be a non-empty str, got {key!r}')
@@ -108,12 +113,14 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
             raise ValueError(f'record: {name} must be a str or None, got {text!r}')
     if spread is not None and len(spread) != 2:
         raise ValueError(f'record: spread must be (low, high), got {spread!r}')
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f'record: kind must be one of {KINDS} or None, got {kind!r}')
     path = os.environ.get('D2LZH_RESULTS')
     if path:
         item = {'key': key, 'value': value, 'unit': unit, 'subset': CONTEXT.get('subset'),
                 'gpus': _gpus_in_use(), 'note': note, 'what': what, 'tags': list(tags),
                 'spread': None if spread is None else [float(x) for x in spread],
-                'headline': bool(headline)}
+                'headline': bool(headline), 'kind': kind}
         with open(path, 'a', encoding='utf-8') as f:
             f.write(json.dumps(item, ensure_ascii=False) + '\n')
     return value
@@ -121,8 +128,9 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
 
 def read_figures(path):
     """The figures :func:`record` wrote to ``path``: ``{key: {'value', 'unit', 'subset',
-    'gpus', 'note', 'what', 'tags', 'spread', 'headline'}}`` in the order first recorded (a
-    later line wins); ``{}`` without a file. ValueError names a line that is not JSON."""
+    'gpus', 'note', 'what', 'tags', 'spread', 'headline', 'kind'}}`` in the order first
+    recorded (a later line wins; ``kind`` None in lines written before it existed); ``{}``
+    without a file. ValueError names a line that is not JSON."""
     out = {}
     if not os.path.exists(path):
         return out
@@ -135,7 +143,7 @@ def read_figures(path):
             except json.JSONDecodeError as err:
                 raise ValueError(f'{path}, line {number}: not a recorded figure ({err})') from err
             out[item['key']] = {k: item.get(k) for k in (
-                'value', 'subset', 'gpus', 'note', 'what', 'spread')}
+                'value', 'subset', 'gpus', 'note', 'what', 'spread', 'kind')}
             out[item['key']].update(unit=item.get('unit', ''), tags=item.get('tags') or [],
                                     headline=bool(item.get('headline')))
     return out
