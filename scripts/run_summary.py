@@ -1,74 +1,132 @@
-"""The summary of ``make run``: what every notebook run into ``build/run/`` measured.
+"""The summary of ``make run``: what every notebook run into ``build/run/`` measured, in Chinese.
 
-Used by ``scripts/run_notebooks.py``. Each successful run of a notebook leaves
-``build/run/<edition>/results/NAME.json`` (wall time and the figures it recorded with
-``d2l.record``, see :func:`d2lzh.results.read_figures`) and appends its figures to
-``build/run/history.jsonl``. From them this module writes
+Used by ``scripts/run_notebooks.py``. A notebook's successful run leaves
+``build/run/<edition>/results/NAME.json`` (wall time, the figures of ``d2l.record``: see
+:func:`d2lzh.results.read_figures`) and appends them to ``build/run/history.jsonl``. The
+summary, on the console (:func:`summary_lines`) and in ``summary.md``, says per edition:
 
-* ``build/run/summary.md``: per notebook one line with its headline figure in words and
-  numbers, what it was measured on (the tags the notebook recorded with the figure, and the
-  data subset) and the same figure in earlier runs; then every figure, and what this
-  machine can and cannot show;
-* ``build/run/summary.png``: one chart of every speed-up (unit ``'x'``) with its spread;
-* ``build/run/summary.html``: both on one page that links each notebook's page.
+1. what this machine can and cannot show (no GPU, two devices on the same cores, subsets, and
+   the reasons a notebook gives that it did not measure: :data:`REASONS`);
+2. one takeaway per section from its headline figure and its spread: a speed-up whose range
+   covers 1x "cannot be told apart" (测不出差别), direction words only where the range allows;
+3. the table: every notebook's headline figure and earlier runs (summary.md: every figure).
+
+One rule for numbers (:func:`format_value`). ``summary.png`` charts the speed-ups only
+(:func:`kind_of`); ``summary.html`` shows both on one page.
 """
 import json
+import math
 import os
+import re
+import textwrap
 from pathlib import Path
 
 TRAIN_SIZE = 60000  # Fashion-MNIST's training set (d2lzh.data.TRAIN_SIZE)
 EDITIONS = {'mxnet': ('MXNet', 'notebooks/'), 'pytorch': ('PyTorch', 'notebooks/pytorch/')}
 HISTORY = 'history.jsonl'
 HISTORY_RUNS = 3  # runs of a headline figure shown in its line
-# Fonts with Chinese glyphs that matplotlib may find; without one the chart uses the keys.
-CJK_FONTS = ['Noto Sans CJK SC', 'Noto Sans SC', 'Source Han Sans SC', 'WenQuanYi Zen Hei',
-             'WenQuanYi Micro Hei', 'SimHei', 'Microsoft YaHei', 'PingFang SC',
-             'AR PL UMing CN', 'Droid Sans Fallback']
+CHANCE, NEAR_CHANCE = 0.10, 0.05  # a guess among Fashion-MNIST's 10 classes, and how near
+#: Tags that give a reason the notebook did not measure: said among what the machine cannot
+#: show, never beside a number (the notebooks should record them as words of their own).
+REASONS = {
+    'CPU 版 MXNet 没有内存池':
+        'CPU 版 MXNet 没有内存池：GPU 内存池的效果（4.6 节）在这台机器上看不到，'
+        '4.6 的复制加速比不是内存池带来的。',
+    'GPU 版 MXNet 的内存池': '4.6 节没有单独测量 GPU 内存池：第二次复制的加速比不能全部算在内存池头上。',
+    'CPU 版 MXNet：锁页内存就是普通内存': 'CPU 版 MXNet 的锁页内存就是普通内存：锁页内存的好处（8.3 节）在这台机器上看不到。'}
+#: Labels recorded wrongly, corrected here until their notebook records them right.
+LABEL_FIXES = ((re.compile(r'^CPU 与 cpu\((\d+)\)'), r'cpu(0) 与 cpu(\1)'),)
+READING = ('读法：加速比 = 之前的用时 / 之后的用时，取多次重复的中位数，括号里是各次重复的范围；'
+           '范围包含 1× 时写“测不出差别”，不说快慢。')
 
 
 # ---------------------------------------------------------------- figures
 def headline(figures):
     """The notebook's headline figure ``(key, figure)``: the one recorded with
-    ``headline=True``, else its first speed-up (unit ``'x'``), else its first figure;
-    ``(None, None)`` without figures."""
-    for test in (lambda f: f.get('headline'), lambda f: f.get('unit') == 'x', lambda f: True):
+    ``headline=True``, else its first speed-up, else its first figure; ``(None, None)``."""
+    for test in (lambda k, f: f.get('headline'), lambda k, f: kind_of(k, f) == 'speedup',
+                 lambda k, f: True):
         for key, fig in figures.items():
-            if test(fig):
+            if test(key, fig):
                 return key, fig
     return None, None
 
 
-def format_value(value, unit=''):
-    """``3.07x``, ``41.2 ms``, ``0.812``: three significant digits and the unit."""
-    text = f'{value:.3g}' if isinstance(value, float) else str(value)
-    return f'{text}x' if unit == 'x' else f'{text} {unit}'.strip()
+def kind_of(key, fig):
+    """``'speedup'``, ``'ratio'``, ``'accuracy'`` or None: the recorded ``kind``, else guessed
+    (unit ``'x'``: a speed-up unless its key says ratio; a fraction whose key says acc)."""
+    if fig.get('kind'):
+        return fig['kind']
+    if fig.get('unit') == 'x':
+        return 'ratio' if 'ratio' in key else 'speedup'
+    fraction = isinstance(fig['value'], float) and 0 <= fig['value'] <= 1
+    return 'accuracy' if not fig.get('unit') and 'acc' in key.split('_') and fraction else None
 
 
-def figure_text(key, fig):
-    """The figure in words and numbers: ``混合式编程后 MLP 快了 3.07x (2.95–3.12)``; the key
-    stands in for the words where the notebook recorded none."""
-    return f"{fig.get('what') or key} {value_text(fig)}"
+def format_value(value, unit='', kind=None):
+    """The one rule: ratios ``0.99×`` (2 decimals), accuracies ``0.70``, anything else 3
+    significant digits (no exponent) and its unit; ints and text as they are."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        text = str(value)
+    elif unit == 'x' or kind in ('speedup', 'ratio'):
+        return f'{value:.2f}×'
+    elif kind == 'accuracy':
+        text = f'{value:.2f}'
+    elif isinstance(value, int):
+        text = str(value)
+    else:
+        digits = 0 if value == 0 else max(0, 2 - math.floor(math.log10(abs(value))))
+        text = f'{value:.{digits}f}'
+    return f'{text} {unit}'.strip()
 
 
-def value_text(fig):
-    """``3.07x (2.95–3.12)``: the value, and its range over repeats where recorded; a
-    speed-up whose range covers 1x says that no difference was measurable."""
-    text = format_value(fig['value'], fig.get('unit', ''))
-    spread = fig.get('spread')
-    if spread:
-        low, high = spread
-        covers = fig.get('unit') == 'x' and low <= 1 <= high
-        text += f" ({format_value(low)}–{format_value(high)}" \
-                f"{': no measurable difference' if covers else ''})"
+def verdict(fig):
+    """What a ratio's range supports: ``'faster'``, ``'slower'``, ``'same'`` (the range covers
+    1) or None (no range recorded)."""
+    if not fig.get('spread'):
+        return None
+    low, high = fig['spread']
+    return 'faster' if low > 1 else 'slower' if high < 1 else 'same'
+
+
+def _range(fig, kind):
+    low, high = fig['spread']
+    return f"{format_value(float(low), fig.get('unit', ''), kind)}–" \
+           f"{format_value(float(high), fig.get('unit', ''), kind)}"
+
+
+def value_text(key, fig):
+    """``1.17×（1.16×–1.18×）``; a speed-up whose range covers 1 adds 测不出差别; an accuracy
+    near chance and one trained on a subset say so."""
+    kind = kind_of(key, fig)
+    text = format_value(fig['value'], fig.get('unit', ''), kind)
+    if fig.get('spread'):
+        same = '，测不出差别' if kind == 'speedup' and verdict(fig) == 'same' else ''
+        text += f'（{_range(fig, kind)}{same}）'
+    if kind == 'accuracy':
+        if abs(fig['value'] - CHANCE) <= NEAR_CHANCE:
+            text += f'（接近随机猜测的 {CHANCE:.2f}）'
+        if fig.get('subset') is not None:
+            text += f"（只用了前 {fig['subset']} 张训练图像）"
     return text
 
 
-def measured_on(fig):
-    """What a figure was measured on, from the figure itself: the tags the notebook
-    recorded with it, the training subset, its note."""
-    tags = list(fig.get('tags') or [])
-    if fig.get('subset') is not None:
-        tags.append(f"first {fig['subset']} of {TRAIN_SIZE} training images")
+def label(key, fig):
+    """The figure in words, corrected by :data:`LABEL_FIXES`; the key where none was recorded."""
+    text = fig.get('what') or key
+    for pattern, repl in LABEL_FIXES:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def measured_on(fig, key=''):
+    """What a figure was measured on: its tags but :data:`REASONS`, the training subset
+    (an accuracy says it in its value), its note."""
+    tags = [t for t in fig.get('tags') or [] if t not in REASONS]
+    subset = fig.get('subset')
+    if subset is not None and kind_of(key, fig) != 'accuracy' and \
+            not any(f'前 {subset} 张' in t for t in tags):
+        tags.append(f'只用了前 {subset} 张训练图像（共 {TRAIN_SIZE} 张）')
     if fig.get('note'):
         tags.append(fig['note'])
     return tags
@@ -109,13 +167,14 @@ def load_history(build):
 
 
 def _earlier(row, key, history):
-    """``3.07x, 4.21x, 4.26x in the last 3 runs`` for a figure seen in two or more runs."""
+    """``最近 3 次运行：1.20×、1.75×、1.80×`` for a figure seen in two or more runs."""
     values = [e['figures'][key] for e in history.get((row['edition'], row['name']), [])
               if key in e.get('figures', {})][-HISTORY_RUNS:]
     if len(values) < 2:
         return ''
-    unit = row['figures'][key].get('unit', '')
-    return f"{', '.join(format_value(v, unit) for v in values)} in the last {len(values)} runs"
+    fig = row['figures'][key]
+    return f"最近 {len(values)} 次运行：" + '、'.join(
+        format_value(float(v), fig.get('unit', ''), kind_of(key, fig)) for v in values)
 
 
 # ---------------------------------------------------------------- text
@@ -124,166 +183,194 @@ def _title(row):
 
 
 def edition_header(edition, rows):
-    """``MXNet edition (notebooks/): 2 CPU cores, no GPU that MXNet could use``."""
+    """``MXNet 版（notebooks/）：2 个 CPU 核心，没有 MXNet 能用的 GPU``."""
     framework, folder = EDITIONS.get(edition, (edition, ''))
     gpus = [f['gpus'] for r in rows for f in r['figures'].values() if f.get('gpus') is not None]
     cores = max((r.get('cpu_cores') or 0 for r in rows), default=0)
-    where = (f'{cores} CPU cores, ' if cores else '') + (
-        'no figure said how many GPUs were used' if not gpus else
-        f'no GPU that {framework} could use' if max(gpus) == 0 else
-        f'{max(gpus)} GPU{"s" if max(gpus) > 1 else ""} that {framework} could use')
-    return f'{framework} edition ({folder}): {where}'
+    where = (f'{cores} 个 CPU 核心，' if cores else '') + (
+        '没有数字说明用了几块 GPU' if not gpus else
+        f'没有 {framework} 能用的 GPU' if max(gpus) == 0 else
+        f'{max(gpus)} 块 {framework} 能用的 GPU')
+    return f'{framework} 版（{folder}）：{where}'
 
 
-def notebook_line(row, history):
-    """One line per notebook: title, wall time, headline figure, what it was measured on
-    and the same figure in earlier runs."""
-    head = f"{_title(row)} ({row['seconds']:.0f} s)"
-    if row.get('status', 'ok') != 'ok':
-        return f"{head}: FAILED: {row.get('error', '')}"
-    key, fig = headline(row['figures'])
-    if key is None:
-        return f'{head}: recorded no figure'
-    text, tags, earlier = figure_text(key, fig), measured_on(fig), _earlier(row, key, history)
-    if tags:
-        text += f" [{'; '.join(tags)}]"
-    return f'{head}: {text}' + (f'; {earlier}' if earlier else '')
-
-
-def summary_lines(rows_by_edition, history):
-    """The summary as printed at the end of ``make run``: per edition its header, then one
-    line per notebook."""
-    lines = []
-    for edition, rows in rows_by_edition.items():
-        lines.append(edition_header(edition, rows))
-        lines += [f'  {notebook_line(r, history)}' for r in rows]
-    return lines
-
-
-def _machine_notes(edition, rows):
-    """Lines saying what this machine can and cannot show for one edition."""
-    figures = [f for r in rows for f in r['figures'].values()]
-    gpus = [f['gpus'] for f in figures if f.get('gpus') is not None]
-    subsets = sorted({f['subset'] for f in figures if f.get('subset') is not None})
+def machine_notes(edition, rows):
+    """What this machine can and cannot show for one edition, in Chinese sentences."""
+    figures = [(k, f) for r in rows for k, f in r['figures'].items()]
+    gpus = [f['gpus'] for _, f in figures if f.get('gpus') is not None]
+    subsets = sorted({f['subset'] for _, f in figures if f.get('subset') is not None})
     framework = EDITIONS.get(edition, (edition,))[0]
     notes = []
     if gpus and max(gpus) == 0:
-        notes.append(
-            f'No GPU that {framework} could use: this machine shows that every code path runs '
-            'and how the techniques compare *on this CPU* (e.g. hybridized vs imperative, '
-            'synchronous vs asynchronous loops). It cannot show what a GPU gains: where a '
-            'notebook compares two devices, both are the same CPU cores (the notebook says so '
-            'beside its figures), so that speed-up says nothing about two GPUs.')
+        notes += [f'能展示：每段代码在没有 GPU 时也能运行，以及各种做法在这台 CPU 上的快慢'
+                  '（例如 hybridize() 前后、每次都同步与只在最后同步）。',
+                  f'不能展示：GPU 带来的加速。没有 {framework} 能用的 GPU，笔记本比较“2 个设备”时，'
+                  '两个设备（cpu(0) 和 cpu(1)）共用同一组 CPU 核心，测得的加速比不能说明两块 GPU '
+                  '的情形。']
     elif gpus and max(gpus) == 1:
-        notes.append(f'One GPU that {framework} could use: a comparison of two devices did '
-                     'not compare two GPUs (each notebook says what it ran on).')
+        notes.append(f'只有 1 块 {framework} 能用的 GPU：比较 2 个设备时比较的不是两块 GPU'
+                     '（每个笔记本都写明了在什么上运行）。')
+    tags = {t for _, f in figures for t in f.get('tags') or []}
+    notes += [REASONS[t] for t in REASONS if t in tags]
     if subsets:
-        notes.append(
-            f"Figures marked \"first N of {TRAIN_SIZE} training images\" come from training "
-            f"on a subset ({' or '.join(map(str, subsets))} images; the CPU default, so that a "
-            'run ends in minutes, or `D2LZH_MAX_EXAMPLES`); their epoch times are for the '
-            "subset. The book's settings need a GPU or `D2LZH_MAX_EXAMPLES=all`.")
-    return notes
+        notes.append(f"只用了前 {' 或 '.join(map(str, subsets))} 张训练图像（共 {TRAIN_SIZE} 张）"
+                     '的数字来自训练数据的子集（没有 GPU 时的默认设置，让一次运行几分钟内结束；'
+                     '或由 D2LZH_MAX_EXAMPLES 指定）：迭代周期的用时只对应这个子集，测试准确率也会偏低。'
+                     '书中的设置需要 GPU，或设 D2LZH_MAX_EXAMPLES=all。')
+    if any(kind_of(k, f) == 'accuracy' and abs(f['value'] - CHANCE) <= NEAR_CHANCE
+           for k, f in figures):
+        notes.append(f'测试准确率接近 {CHANCE:.2f} 的模型什么也没学会（10 个类别里随机猜测）：'
+                     '只说明这样的设置在这里训练不起来。')
+    return notes + [READING]
 
 
-def _cell(text):
-    return str(text).replace('|', '\\|').replace('\n', ' ')
+def _subject(text):
+    """A label as the subject of a takeaway: without 的加速比 / 快的倍数 / a final 快, and
+    with its colons as commas (the takeaway has its own)."""
+    text = re.sub(r'(快了|快)$', '', text.replace('的加速比', '').replace('快的倍数', '')).strip()
+    return text.replace('：', '，')
+
+
+def takeaway(row):
+    """One sentence for the row's section from its headline figure and its spread."""
+    head = f'{_title(row)}：'
+    if row.get('status', 'ok') != 'ok':
+        return f"{head}运行失败，没有结论（{row.get('error', '')}）。"
+    key, fig = headline(row['figures'])
+    if key is None:
+        return f'{head}没有记录任何数字。'
+    kind, subject = kind_of(key, fig), _subject(label(key, fig))
+    value = format_value(fig['value'], fig.get('unit', ''), kind)
+    if kind in ('speedup', 'ratio') and fig.get('spread'):
+        text = {'faster': f'快了 {value}（范围 {_range(fig, kind)}）',
+                'slower': f'反而慢了，只有原来速度的 {value}（范围 {_range(fig, kind)}）',
+                'same': f'测不出差别（{value}，范围 {_range(fig, kind)} 包含 1×）'}[verdict(fig)]
+    elif kind in ('speedup', 'ratio'):
+        text = f'{value}（没有记录重复的范围，不判断快慢）'
+    else:
+        text = value_text(key, fig)
+    tags = measured_on(fig, key)
+    return f"{head}{subject}：{text}" + (f"；条件：{'；'.join(tags)}" if tags else '') + '。'
+
+
+def notebook_line(row, history):
+    """The table's line for a notebook: title, wall time, headline figure, earlier runs."""
+    head = f"{_title(row)}（{row['seconds']:.0f} 秒）"
+    if row.get('status', 'ok') != 'ok':
+        return f"{head}：失败：{row.get('error', '')}"
+    key, fig = headline(row['figures'])
+    if key is None:
+        return f'{head}：没有记录任何数字'
+    earlier = _earlier(row, key, history)
+    return f'{head}：{value_text(key, fig)}' + (f'；{earlier}' if earlier else '')
+
+
+def summary_lines(rows_by_edition, history):
+    """The summary as printed at the end of ``make run``: per edition what the machine can
+    and cannot show, one takeaway per section, then one line per notebook."""
+    lines = []
+    for edition, rows in rows_by_edition.items():
+        lines += [edition_header(edition, rows), '这台机器能展示什么、不能展示什么：']
+        lines += [f'  - {n}' for n in machine_notes(edition, rows)]
+        lines += ['每节的结论：'] + [f'  {takeaway(r)}' for r in rows]
+        lines += ['每个笔记本的用时和主要结果：'] + [f'  {notebook_line(r, history)}' for r in rows]
+    return lines
 
 
 def summary_markdown(rows_by_edition, history, build=None, chart=True):
-    """``summary.md``: the chart, then per edition its notebooks' lines (linked to their
-    pages where ``build/run/<edition>/NAME.html`` exists), every figure, and what this
-    machine can and cannot show."""
-    lines = ['# make run: summary', '',
-             'Every notebook run into this folder with its headline figure, what it was '
-             'measured on and the same figure in earlier runs; the numbers of this machine, '
-             'where an executed notebook\'s prose may quote a stored reference run.']
-    if chart:
-        lines += ['', '![Every speed-up measured by make run: the median of repeats, '
-                  'the line across each bar their range](summary.png)']
+    """``summary.md``: per edition what the machine can and cannot show and the takeaways,
+    then the chart, then per edition its notebooks' lines (linked to their pages where
+    ``build/run/<edition>/NAME.html`` exists) and every figure."""
+    def cell(text):
+        return str(text).replace('|', '\\|').replace('\n', ' ')
+
+    lines = ['# make run 的结果汇总', '',
+             '下面的数字都是这台机器上测得的（笔记本的正文可能引用保存的参考运行）。']
     for edition, rows in rows_by_edition.items():
-        lines += ['', f'## {edition_header(edition, rows)}', '']
+        lines += ['', f'## {edition_header(edition, rows)}', '',
+                  '### 这台机器能展示什么、不能展示什么', '']
+        lines += [f'- {n}' for n in machine_notes(edition, rows)]
+        lines += ['', '### 每节的结论', ''] + [f'- {takeaway(r)}' for r in rows]
+    if chart:
+        lines += ['', '## 全部加速比', '', '![make run 测得的全部加速比：中位数，误差线是各次重复的'
+                  '范围](summary.png)']
+    for edition, rows in rows_by_edition.items():
+        lines += ['', f'## {EDITIONS.get(edition, (edition,))[0]} 版：每个笔记本', '']
         for r in rows:
-            text = notebook_line(r, history)
-            page = f"{edition}/{r['name']}.html"
+            text, page = notebook_line(r, history), f"{edition}/{r['name']}.html"
             if build is not None and (Path(build) / 'run' / page).exists():
-                title = _title(r)
-                text = f'[{title}]({page})' + text[len(title):]
+                text = f'[{_title(r)}]({page})' + text[len(_title(r)):]
             lines.append(f'- {text}')
-        lines += ['', '| notebook | figure | value | measured on |', '|---|---|---|---|']
+        lines += ['', '| 笔记本 | 数字 | 数值 | 测量条件 |', '|---|---|---|---|']
         for r in rows:
             for key, fig in r['figures'].items():
-                name = f"{fig['what']} (`{key}`)" if fig.get('what') else f'`{key}`'
-                lines.append(f"| {r['name']} | {_cell(name)} | "
-                             f"{_cell(value_text(fig))} | "
-                             f"{_cell('; '.join(measured_on(fig)))} |")
-        notes = _machine_notes(edition, rows)
-        if notes:
-            lines += ['', '**What this machine can and cannot show**', '']
-            lines += [f'- {n}' for n in notes]
+                name = f'{label(key, fig)}（`{key}`）' if fig.get('what') else f'`{key}`'
+                lines.append(f"| {r['name']} | {cell(name)} | {cell(value_text(key, fig))} | "
+                             f"{cell('；'.join(measured_on(fig, key)))} |")
     return '\n'.join(lines) + '\n'
 
 
 # ---------------------------------------------------------------- chart
 def speedups(rows_by_edition):
-    """Every speed-up of the summary: (edition, label in words, label from the key,
-    value, spread or None), in the summary's order."""
+    """Every speed-up of the summary (kind ``'speedup'``: never another ratio), in the
+    summary's order: dicts with edition, label (Chinese), key, value, spread, verdict."""
     out = []
     for edition, rows in rows_by_edition.items():
         short = EDITIONS.get(edition, (edition,))[0]
         for r in rows:
             for key, fig in r['figures'].items():
-                if fig.get('unit') == 'x' and isinstance(fig['value'], (int, float)):
-                    words = f"{short} {_title(r).split()[0]} {fig.get('what') or key}"
-                    out.append((edition, words, f"{short} {r['name']}: {key}",
-                                float(fig['value']), fig.get('spread')))
+                if kind_of(key, fig) == 'speedup' and isinstance(fig['value'], (int, float)):
+                    out.append({'edition': edition, 'key': f"{short} {r['name']}: {key}",
+                                'label': f"{short} {_title(r).split()[0]} "
+                                         f"{_subject(label(key, fig))}",
+                                'value': float(fig['value']), 'spread': fig.get('spread'),
+                                'verdict': verdict(fig)})
     return out
 
 
-def _cjk_font():
-    """The name of a font with Chinese glyphs that matplotlib finds, or None."""
-    from matplotlib import font_manager
-    names = {f.name for f in font_manager.fontManager.ttflist}
-    return next((n for n in CJK_FONTS if n in names), None)
+COLOURS = {'faster': ('tab:green', '更快（范围在 1× 右侧）'), 'slower': ('tab:red', '更慢（范围在 1× 左侧）'),
+           'same': ('tab:gray', '测不出差别（范围包含 1×）'), None: ('tab:blue', '没有记录范围')}
 
 
 def draw_chart(items, path):
-    """Draw ``items`` (see :func:`speedups`) as horizontal bars with their spread as error
-    bars and a line at 1x into the PNG ``path``. The labels are the figures in words where
-    matplotlib has a font with Chinese glyphs, else their keys."""
+    """Draw ``items`` (:func:`speedups`) as bars from 1× on a log axis (0.5× and 2× equally
+    far from 1×), coloured by what their range supports, with the range as error bars."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.patches
     import matplotlib.pyplot as plt
-    font = _cjk_font()
-    colours = {'mxnet': 'tab:blue', 'pytorch': 'tab:orange'}
-    with plt.rc_context({'font.family': [font, 'DejaVu Sans'] if font else ['DejaVu Sans']}):
-        fig, ax = plt.subplots(figsize=(12, 1.6 + 0.38 * len(items)))
-        ys = range(len(items))
-        values = [it[3] for it in items]
-        err = [[max(0.0, v - (it[4] or (v, v))[0]) for v, it in zip(values, items)],
-               [max(0.0, (it[4] or (v, v))[1] - v) for v, it in zip(values, items)]]
-        # bars start at 1x (no gain): to the right faster, to the left slower
-        ax.barh(ys, [v - 1 for v in values], left=1, xerr=err, capsize=3,
-                color=[colours.get(it[0], 'tab:gray') for it in items])
-        ax.axvline(1.0, color='black', linewidth=1)
-        ends = [v - lo for v, lo in zip(values, err[0])] + [v + hi for v, hi in zip(values, err[1])]
-        if max(ends) / max(min(ends), 1e-9) > 20:  # 0.8x beside 30x: a log axis shows both
-            ax.set_xscale('log')
-        ax.legend(handles=[matplotlib.patches.Patch(color=colours[e], label=EDITIONS[e][0])
-                           for e in colours if any(it[0] == e for it in items)],
-                  loc='lower right', fontsize='small')
-        ax.set_yticks(list(ys), [it[1] if font else it[2] for it in items])
-        ax.invert_yaxis()
-        for y, v, high in zip(ys, values, err[1]):
-            ax.annotate(format_value(v, 'x'), (v + high, y), xytext=(4, 0),
-                        textcoords='offset points', va='center', fontsize='small')
-        ax.set_xlabel('speed-up (x), from 1x (no gain):\nmedian of repeats; error bar: their range')
-        fig.suptitle('Every speed-up measured by make run')  # the labels leave the axes narrow
-        ax.margins(x=0.15)
-        fig.tight_layout()
-        fig.savefig(path, format='png', dpi=100, metadata={'Software': None})
-        plt.close(fig)
+    from d2lzh import plot
+    labels = [textwrap.fill(it['label'], 34) for it in items]
+    plot.set_figsize((12, 1.8 + 0.3 * sum(lb.count('\n') + 1.2 for lb in labels)))
+    fig, ax = plt.subplots()
+    values = [it['value'] for it in items]
+    lows = [min(v, (it['spread'] or (v, v))[0]) for v, it in zip(values, items)]
+    highs = [max(v, (it['spread'] or (v, v))[1]) for v, it in zip(values, items)]
+    ys = range(len(items))
+    err = [[v - lo for v, lo in zip(values, lows)], [hi - v for v, hi in zip(values, highs)]]
+    ax.barh(ys, [v - 1 for v in values], left=1, xerr=err, capsize=3,
+            color=[COLOURS[it['verdict']][0] for it in items])
+    ax.axvline(1.0, color='black', linewidth=1.2)
+    ax.set_xscale('log', base=2)
+    lo, hi = min(lows + [0.5]) / 1.15, max(highs + [2.0]) * 1.6
+    ax.set_xlim(lo, hi)
+    ticks = [2.0 ** e for e in range(math.floor(math.log2(lo)), math.ceil(math.log2(hi)) + 1)
+             if lo <= 2.0 ** e <= hi]
+    ax.set_xticks(ticks, [f'{t:g}×' for t in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_yticks(list(ys), labels, fontsize='small')
+    ax.invert_yaxis()
+    for y, v, high in zip(ys, values, highs):
+        ax.annotate(format_value(v, 'x'), (max(high, 1), y), xytext=(4, 0),
+                    textcoords='offset points', va='center', fontsize='small')
+    used = [k for k in COLOURS if any(it['verdict'] == k for it in items)]
+    ax.legend(handles=[matplotlib.patches.Patch(color=COLOURS[k][0], label=COLOURS[k][1])
+                       for k in used], loc='lower right', fontsize='small')
+    ax.set_xlabel('加速比（对数坐标，1× = 没有差别）：各次重复的中位数；误差线：范围')
+    fig.suptitle('make run 测得的全部加速比：1× 右侧更快，左侧更慢')
+    fig.tight_layout()
+    fig.savefig(path, format='png', dpi=100, metadata={'Software': None})
+    plt.close(fig)
 
 
 # ---------------------------------------------------------------- files

@@ -258,12 +258,12 @@ def test_runner_keeps_both_editions_and_never_overwrites(tmp_path):
         for name in ('01_same.ipynb', '01_same.html', 'results/01_same.jsonl'):
             assert (run / edition / name).is_file(), (edition, name)
     summary = (run / 'summary.md').read_text()
-    assert summary.index('## MXNet edition') < summary.index('## PyTorch edition')
-    assert re.search(r'- \[MX title\]\(mxnet/01_same\.html\) \(\d+ s\): speed 2\.5x\n', summary)
-    line = ('两个设备的测试准确率 0.11 [2 个设备 = 同一组 CPU 核心; '
-            'first 256 of 60000 training images]')
+    assert summary.index('## MXNet 版') < summary.index('## PyTorch 版')
+    assert re.search(r'- \[MX title\]\(mxnet/01_same\.html\)（\d+ 秒）：2\.50×\n', summary)
+    line = ('PT title：两个设备的测试准确率：0.11（接近随机猜测的 0.10）（只用了前 256 张训练图像）'
+            '；条件：2 个设备 = 同一组 CPU 核心。')
     assert line in summary and line in out.stdout, out.stdout
-    assert '| 01_same | `epoch_time_1dev` | 3 s | first 256 of 60000 training images; ' \
+    assert '| 01_same | `epoch_time_1dev` | 3.00 s | 只用了前 256 张训练图像（共 60000 张）；' \
         'mean of 2 epochs |' in summary
     # HTML: the notebook's first heading as title, one MathJax for the area, no CDN
     page = (run / 'pytorch' / '01_same.html').read_text()
@@ -276,7 +276,7 @@ def test_runner_keeps_both_editions_and_never_overwrites(tmp_path):
     out = runner(['--build', 'build', 'notebooks/pytorch/01_same.ipynb'], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     summary = (run / 'summary.md').read_text()
-    assert 'speed 2.5x' in summary and '两个设备的测试准确率' in summary
+    assert '：2.50×' in summary and '两个设备的测试准确率' in summary
     assert (run / 'mxnet' / '01_same.html').read_bytes() == mx_page
     # make html renders the stored notebooks elsewhere; a stored chart gets an alt text
     nb = nbformat.read(mx_nb, as_version=4)
@@ -312,8 +312,9 @@ def test_summary_tags_come_from_the_recorded_figures(tmp_path):
     assert not hasattr(run_summary, 'figure_tags') and not hasattr(run_summary, 'TWO_DEVICES')
     assert run_summary.measured_on(figures['ips_ddp1']) == ['1 个进程']
     assert run_summary.measured_on(figures['ips_dp2']) == ['2 个设备 = 同一组 CPU 核心']
-    assert run_summary.measured_on(figures['test_acc_2dev']) == \
-        ['first 4096 of 60000 training images']
+    assert run_summary.measured_on(figures['test_acc_2dev'], 'test_acc_2dev') == []
+    assert run_summary.value_text('test_acc_2dev', figures['test_acc_2dev']) == \
+        '0.71（只用了前 4096 张训练图像）'
     assert run_summary.headline(figures)[0] == 'ddp_speedup'
     row = {'notebook': 'notebooks/pytorch/06_x.ipynb', 'edition': 'pytorch', 'name': '06_x',
            'title': '8.5 多GPU计算的简洁实现', 'status': 'ok', 'seconds': 61.2, 'cpu_cores': 2,
@@ -328,21 +329,23 @@ def test_summary_tags_come_from_the_recorded_figures(tmp_path):
     rows, hist = run_summary.write_summary(tmp_path / 'build',
                                            run_notebooks._render_page(tmp_path / 'build'))
     lines = run_summary.summary_lines(rows, hist)
-    assert lines == [
-        'PyTorch edition (notebooks/pytorch/): 2 CPU cores, no GPU that PyTorch could use',
-        '  8.5 多GPU计算的简洁实现 (61 s): DDP 的 2 个进程比 1 个快了 1.8x (1.7–1.9) '
-        '[2 个进程 = 同一组 CPU 核心]; 1.2x, 1.75x, 1.8x in the last 3 runs']
+    assert lines[0] == 'PyTorch 版（notebooks/pytorch/）：2 个 CPU 核心，没有 PyTorch 能用的 GPU'
+    assert lines[lines.index('每节的结论：') + 1] == (
+        '  8.5 多GPU计算的简洁实现：DDP 的 2 个进程比 1 个：快了 1.80×（范围 1.70×–1.90×）；'
+        '条件：2 个进程 = 同一组 CPU 核心。')
+    assert lines[-1] == ('  8.5 多GPU计算的简洁实现（61 秒）：1.80×（1.70×–1.90×）；'
+                         '最近 3 次运行：1.20×、1.75×、1.80×')
     text = (tmp_path / 'build' / 'run' / 'summary.md').read_text()
-    assert '| 06_x | `ips_dp2` | 35 images/s | 2 个设备 = 同一组 CPU 核心 |' in text
-    assert '| 06_x | `ips_ddp1` | 40 images/s | 1 个进程 |' in text
-    assert '| 0.9x (0.8–1.1: no measurable difference) |' in text
-    assert 'No GPU that PyTorch could use' in text and 'says nothing about two GPUs' in text
+    assert '| 06_x | `ips_dp2` | 35.0 images/s | 2 个设备 = 同一组 CPU 核心 |' in text
+    assert '| 06_x | `ips_ddp1` | 40.0 images/s | 1 个进程 |' in text
+    assert '| 0.90×（0.80×–1.10×，测不出差别） |' in text
+    assert '没有 PyTorch 能用的 GPU' in text and '不能说明两块 GPU 的情形' in text
     # the chart: every speed-up, in summary.png and on the summary page
-    assert [i[2] for i in run_summary.speedups(rows)] == ['PyTorch 06_x: dp_speedup',
-                                                         'PyTorch 06_x: ddp_speedup']
+    assert [i['key'] for i in run_summary.speedups(rows)] == ['PyTorch 06_x: dp_speedup',
+                                                             'PyTorch 06_x: ddp_speedup']
     assert (tmp_path / 'build' / 'run' / 'summary.png').read_bytes()[:4] == b'\x89PNG'
     page = (tmp_path / 'build' / 'run' / 'summary.html').read_text()
-    assert re.search(r'<img[^>]*src="summary\.png"', page) and '1.2x, 1.75x, 1.8x' in page
+    assert re.search(r'<img[^>]*src="summary\.png"', page) and '1.20×、1.75×、1.80×' in page
 
 
 # ---------------------------------------------------------------- links

@@ -1,0 +1,163 @@
+"""make run's summary (scripts/run_summary.py) on a recorded run: the MXNet edition on a 2-core
+machine without a GPU (tests/data/make-run-mxnet-2cores.json, the layout run_notebooks.py writes).
+
+The console starts with what the machine can and cannot show, then one takeaway per section in
+Chinese, then the table; a range covering 1x is 测不出差别; numbers follow one rule; the chart
+holds only speed-ups; a reason the notebook did not measure is never beside a number.
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / 'scripts'))
+import run_summary  # noqa: E402
+
+RECORDED = ROOT / 'tests' / 'data' / 'make-run-mxnet-2cores.json'
+SECTIONS = ['4.6 GPU计算', '8.1 命令式和符号式混合编程', '8.2 异步计算', '8.3 自动并行计算',
+            '8.4 多GPU计算', '8.5 多GPU计算的简洁实现', '多机训练']
+ENGLISH = re.compile(r'\b(edition|measurable|difference|machine|first \d+ of|runs?)\b')
+
+
+def _layout(build, doc):
+    """Write a recorded run where scripts/run_notebooks.py writes it under ``build``."""
+    for row in doc['rows']:
+        path = build / 'run' / row['edition'] / 'results' / f"{row['name']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(row, ensure_ascii=False), encoding='utf-8')
+    (build / 'run' / run_summary.HISTORY).write_text(
+        ''.join(json.dumps(h, ensure_ascii=False) + '\n' for h in doc['history']),
+        encoding='utf-8')
+
+
+@pytest.fixture()
+def recorded(tmp_path, monkeypatch):
+    """The recorded run summarised into ``tmp_path/build/run``: (console lines, summary.md,
+    the items handed to the chart)."""
+    _layout(tmp_path / 'build', json.loads(RECORDED.read_text(encoding='utf-8')))
+    charted = []
+    monkeypatch.setattr(run_summary, 'draw_chart', lambda items, path: (
+        charted.extend(items), Path(path).write_bytes(b'\x89PNG')))
+    rows, history = run_summary.write_summary(
+        tmp_path / 'build', lambda text, dest: dest.write_text(text, encoding='utf-8'))
+    text = (tmp_path / 'build' / 'run' / 'summary.md').read_text(encoding='utf-8')
+    return run_summary.summary_lines(rows, history), text, charted
+
+
+def test_console_starts_with_what_the_machine_can_show_then_one_takeaway_per_section(recorded):
+    lines = recorded[0]
+    assert lines[0] == 'MXNet 版（notebooks/）：2 个 CPU 核心，没有 MXNet 能用的 GPU'
+    assert lines[1] == '这台机器能展示什么、不能展示什么：'
+    takeaways = lines.index('每节的结论：')
+    notes = lines[2:takeaways]
+    assert notes[0].startswith('  - 能展示：') and notes[1].startswith('  - 不能展示：')
+    assert 'cpu(0) 和 cpu(1)' in notes[1] and '同一组 CPU 核心' in notes[1]
+    assert any('没有内存池' in n for n in notes) and any('前 512 或 4096 张' in n for n in notes)
+    table = lines.index('每个笔记本的用时和主要结果：')
+    assert table == takeaways + len(SECTIONS) + 1  # the takeaways, then the table
+    for section, line in zip(SECTIONS, lines[takeaways + 1:table]):
+        assert line.startswith(f'  {section}：') and line.endswith('。'), line
+    assert len(lines) == table + 1 + len(SECTIONS)
+    for line in lines:
+        assert not ENGLISH.search(line), line
+        assert re.search(r'[\u4e00-\u9fff]', line), line
+
+
+def test_takeaways_claim_only_what_was_measured(recorded):
+    lines = recorded[0]
+    take = {s: next(ln for ln in lines if ln.startswith(f'  {s}：')) for s in SECTIONS}
+    assert '测不出差别（1.00×，范围 0.70×–1.12× 包含 1×）' in take['4.6 GPU计算']
+    assert '内存池' not in take['4.6 GPU计算']  # a reason 4.6 did not measure
+    assert '快了 5.04×（范围 4.30×–5.75×）' in take['8.1 命令式和符号式混合编程']
+    assert '测不出差别（1.04×' in take['8.2 异步计算'] and '快了' not in take['8.2 异步计算']
+    assert 'cpu(0) 与 cpu(1) 同时计算比分开计算：快了 1.17×' in take['8.3 自动并行计算']
+    assert '反而慢了，只有原来速度的 0.86×（范围 0.79×–0.90×）' in take['8.4 多GPU计算']
+    assert '条件：2 个设备 = 同一组 CPU 核心' in take['8.4 多GPU计算']
+    assert '反而慢了，只有原来速度的 0.89×' in take['8.5 多GPU计算的简洁实现']
+    assert '的用时：5.98 ms' in take['多机训练']
+
+
+def test_summary_md_in_the_same_order_and_in_chinese(recorded):
+    text = recorded[1]
+    order = ['# make run 的结果汇总', '### 这台机器能展示什么、不能展示什么', '### 每节的结论',
+             '## 全部加速比', '## MXNet 版：每个笔记本', '| 笔记本 | 数字 | 数值 | 测量条件 |']
+    assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
+    assert '](summary.png)' in text
+    assert len(re.findall(r'^\| 0\d_', text, re.M)) == 51  # every figure recorded
+    assert not re.search(r'\b(What this machine|no measurable difference|edition)\b', text)
+
+
+def test_a_range_covering_1x_is_never_faster_or_slower():
+    row = {'edition': 'mxnet', 'name': '01_use-gpu', 'title': '4.6 GPU计算', 'status': 'ok',
+           'seconds': 14.0, 'figures': {}}
+    pool = ['cpu(1)：CPU 上下文代替 GPU', 'CPU 版 MXNet 没有内存池']
+    cases = [(1.0, (0.975, 1.02), '测不出差别（1.00×，范围 0.97×–1.02× 包含 1×）'),
+             (1.78, (1.25, 5.63), '快了 1.78×（范围 1.25×–5.63×）'),
+             (0.8, (0.5, 0.99), '反而慢了，只有原来速度的 0.80×（范围 0.50×–0.99×）'),
+             (1.2, None, '1.20×（没有记录重复的范围，不判断快慢）')]
+    for value, spread, words in cases:
+        fig = {'value': value, 'unit': 'x', 'spread': spread, 'tags': pool, 'headline': True,
+               'what': '新进程中第二次复制（到新数组）相对第一次分配＋复制的加速比'}
+        text = run_summary.takeaway(dict(row, figures={'second_copy_speedup': fig}))
+        assert text == f'4.6 GPU计算：新进程中第二次复制（到新数组）相对第一次分配＋复制：{words}' \
+            '；条件：cpu(1)：CPU 上下文代替 GPU。'  # no 内存池: a reason 4.6 did not measure
+    fig = {'value': 1.0, 'unit': 'x', 'spread': (0.975, 1.02)}
+    assert run_summary.value_text('k', fig) == '1.00×（0.97×–1.02×，测不出差别）'
+
+
+def test_numbers_follow_one_rule(recorded):
+    fmt = run_summary.format_value
+    assert [fmt(1, 'x'), fmt(3, 'x'), fmt(0.994, 'x'), fmt(244.4, 'x', 'ratio')] == \
+        ['1.00×', '3.00×', '0.99×', '244.40×']
+    assert [fmt(41.234, 'ms'), fmt(1227.75, 'ms'), fmt(0.0011, 's'), fmt(35.93, 'images/s'),
+            fmt(0.0, 'MB'), fmt(12, 'kernels')] == \
+        ['41.2 ms', '1228 ms', '0.00110 s', '35.9 images/s', '0 MB', '12 kernels']
+    lines, text, _ = recorded
+    for line in lines + text.splitlines():
+        assert not re.search(r'\d(x\b|倍)', line), line  # speed-ups end in ×, never x
+        for number in re.findall(r'(?<![\d×])[\d.]+×(?!\d)', line.replace('包含 1×', '')):
+            assert re.fullmatch(r'\d+\.\d\d×', number), (number, line)
+    row = next(ln for ln in text.splitlines() if '`gluon_resnet18_test_acc_1dev`' in ln)
+    assert '| 0.08（接近随机猜测的 0.10）（只用了前 512 张训练图像） |' in row
+    row = next(ln for ln in text.splitlines() if '`test_acc_2dev_batch512_lr0.2`' in ln)
+    assert '| 0.10（接近随机猜测的 0.10） |' in row  # all 60000 images: no subset
+    row = next(ln for ln in text.splitlines() if '`gluon_narrow_test_acc_2dev`' in ln)
+    assert '| 0.79（只用了前 4096 张训练图像） |' in row
+
+
+def test_chart_holds_only_speedups(recorded, tmp_path):
+    charted = recorded[2]
+    keys = [it['key'].split(': ')[1] for it in charted]
+    doc = json.loads(RECORDED.read_text(encoding='utf-8'))
+    in_x = [k for r in doc['rows'] for k, f in r['figures'].items() if f['unit'] == 'x']
+    assert keys == [k for k in in_x if k != 'matmul_flop_rate_ratio'] and len(keys) == 24
+    assert [it['verdict'] for it in charted][:3] == ['same', 'faster', 'faster']
+    assert charted[3]['label'] == 'MXNet 8.1 练习 3，LeNet 改写成 HybridSequential 并 ' \
+        'hybridize() 后（批量 1，前向计算）'
+    # a ratio recorded with kind='ratio' stays out whatever its key; the chart is drawn
+    figures = {'flops': {'value': 9.0, 'unit': 'x', 'kind': 'ratio', 'spread': [8.0, 10.0]},
+               'speed': {'value': 2.0, 'unit': 'x', 'kind': 'speedup', 'spread': [1.5, 2.5]}}
+    items = run_summary.speedups({'pytorch': [{'name': '01_x', 'title': '4.6 GPU计算',
+                                               'figures': figures}]})
+    assert [it['key'] for it in items] == ['PyTorch 01_x: speed']
+    run_summary.draw_chart(items, tmp_path / 'chart.png')
+    assert (tmp_path / 'chart.png').read_bytes()[:4] == b'\x89PNG'
+
+
+def test_record_keeps_a_kind_and_old_records_read_without_one(tmp_path, monkeypatch):
+    from d2lzh import results
+    out = tmp_path / 'figures.jsonl'
+    monkeypatch.setenv('D2LZH_RESULTS', str(out))
+    results.record('flop_rate_ratio', 244.0, 'x', what='每次浮点运算的速度', kind='ratio')
+    with open(out, 'a', encoding='utf-8') as f:  # a line written before kind existed
+        f.write(json.dumps({'key': 'old_speedup', 'value': 1.5, 'unit': 'x'}) + '\n')
+    figures = results.read_figures(out)
+    assert figures['flop_rate_ratio']['kind'] == 'ratio' and figures['old_speedup']['kind'] is None
+    assert run_summary.kind_of('old_speedup', figures['old_speedup']) == 'speedup'
+    assert run_summary.kind_of('flop_rate_ratio', dict(figures['flop_rate_ratio'], kind=None)) \
+        == 'ratio'
+    with pytest.raises(ValueError, match='kind must be one of'):
+        results.record('x', 1.0, 'x', kind='speed-up')
