@@ -77,7 +77,7 @@ def test_takeaways_claim_only_what_was_measured(recorded):
     assert '反而慢了，只有原来速度的 0.86×（范围 0.79×–0.90×）' in take['8.4 多GPU计算']
     assert '条件：2 个设备 = 同一组 CPU 核心' in take['8.4 多GPU计算']
     assert '反而慢了，只有原来速度的 0.89×' in take['8.5 多GPU计算的简洁实现']
-    assert '的用时：5.98 ms' in take['多机训练']
+    assert '的用时：6.00 ms' in take['多机训练']
 
 
 def test_summary_md_in_the_same_order_and_in_chinese(recorded):
