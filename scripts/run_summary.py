@@ -23,16 +23,16 @@ from pathlib import Path
 
 TRAIN_SIZE = 60000  # Fashion-MNIST's training set (d2lzh.data.TRAIN_SIZE)
 EDITIONS = {'mxnet': ('MXNet', 'notebooks/'), 'pytorch': ('PyTorch', 'notebooks/pytorch/')}
-HISTORY = 'history.jsonl'
-HISTORY_RUNS = 3  # runs of a headline figure shown in its line
+HISTORY, HISTORY_RUNS = 'history.jsonl', 3  # runs of a headline figure shown in its line
 CHANCE, NEAR_CHANCE = 0.10, 0.05  # a guess among Fashion-MNIST's 10 classes, and how near
 #: Tags that give a reason the notebook did not measure: said among what the machine cannot
 #: show, never beside a number (the notebooks should record them as words of their own).
 REASONS = {
-    'CPU 版 MXNet 没有内存池':
-        'CPU 版 MXNet 没有内存池：GPU 内存池的效果（4.6 节）在这台机器上看不到，'
-        '4.6 的复制加速比不是内存池带来的。',
+    'CPU 版 MXNet 没有内存池': 'CPU 版 MXNet 没有内存池：GPU 内存池的效果（4.6 节）在这台机器上'
+        '看不到，4.6 的复制加速比不是内存池带来的。',
     'GPU 版 MXNet 的内存池': '4.6 节没有单独测量 GPU 内存池：第二次复制的加速比不能全部算在内存池头上。',
+    'CPU 上没有缓存分配器': 'PyTorch 在 CPU 上没有缓存分配器：它的效果（4.6 节）在这台机器上看不到。',
+    'PyTorch 的缓存分配器': '4.6 节没有单独测量缓存分配器：第二次复制的加速比不能全部算在它头上。',
     'CPU 版 MXNet：锁页内存就是普通内存': 'CPU 版 MXNet 的锁页内存就是普通内存：锁页内存的好处（8.3 节）在这台机器上看不到。'}
 #: Labels recorded wrongly, corrected here until their notebook records them right.
 LABEL_FIXES = ((re.compile(r'^CPU 与 cpu\((\d+)\)'), r'cpu(0) 与 cpu(\1)'),)
