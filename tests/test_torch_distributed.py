@@ -264,10 +264,18 @@ def test_run_ddp_from_python_reports_a_killed_rank(debian_dir, monkeypatch, tmp_
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    monkeypatch.setenv('D2LZH_FAULT', 'raise:0:0')  # a traceback: torch's error file, removed
-    with pytest.raises(RuntimeError, match=r'rank 0 of 1 failed .*on purpose before minibatch 0'):
-        d2l.run_ddp(1, d2l.Recipe(epochs=1, batch_size=8, amp='off', channels_last=False),
+    monkeypatch.setenv('D2LZH_FAULT', 'raise:1:0')  # a traceback: torch's error file, removed
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as raised:
+        d2l.run_ddp(2, d2l.Recipe(epochs=1, batch_size=8, amp='off', channels_last=False),
                     model='lenet', max_examples=64, timeout=90)
+    first, *stack = str(raised.value).splitlines()
+    assert time.monotonic() - start < 10, 'the job outlived its failing rank by seconds'
+    assert first.startswith('DDP worker rank 1 of 2 failed with exit code 1: RuntimeError: worker '
+                            'rank 1 failed on purpose before minibatch 0'), first
+    assert stack[0] == "Rank 1's Traceback (most recent call last):", stack
+    assert any('File "d2lzh/jobs.py"' in line for line in stack), stack  # no machine's folders
+    assert stack[-1].startswith('RuntimeError: worker rank 1 failed on purpose'), stack
     assert not list(Path(tmp_path).iterdir())  # no torchelastic_*, no pytorch-errorfile-*
     assert not _job_processes(str(tmp_path))
 

@@ -9,6 +9,8 @@ import json
 import os
 import socket
 import sys
+import time
+import traceback
 import warnings
 from datetime import timedelta
 
@@ -88,9 +90,27 @@ def init_process_group(backend, timeout):
     store = dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']), world_size,
                           is_master=is_master, timeout=timeout)
     attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')
-    dist.init_process_group(backend, store=dist.PrefixStore(f'd2lzh/attempt_{attempt}', store),
-                            rank=rank, world_size=world_size, timeout=timeout)
+    global _job_store
+    _job_store = dist.PrefixStore(f'd2lzh/attempt_{attempt}', store)
+    dist.init_process_group(backend, store=_job_store, rank=rank, world_size=world_size,
+                            timeout=timeout)
     return rank, world_size, device
+
+
+_job_store = None  # this attempt's keys in torchrun's store, once the job is joined
+
+
+def _after_a_peer(err):
+    """Whether this rank's failure ``err`` follows another's: a rank failed before it (a counter
+    in torchrun's store), or ``err`` is a broken connection to a peer (a killed rank counts
+    nothing: its peers see only that)."""
+    try:
+        later = _job_store.add('failures', 1) > 1
+    except Exception:  # noqa: BLE001 (the store's host may be the rank that failed)
+        later = True
+    text = str(err).lower()
+    return later or isinstance(err, dist.DistError) or any(
+        w in text for w in ('connection reset', 'connection closed', 'broken pipe', 'gloo', 'nccl'))
 
 
 def refuse_graph_with_several(cuda_graph, backend, world_size):
@@ -108,17 +128,9 @@ def refuse_graph_with_several(cuda_graph, backend, world_size):
                          'cuda_graph=False with several processes, or world_size=1.')
 
 
-@record
-def ddp_worker(recipe=None, job=None):
-    """One process of a DDP job (under torchrun or ``run_ddp``; ``@record`` hands a traceback
-    to torchrun): trains as ``recipe`` says (default ``Recipe()``; ``batch_size`` per process)
-    what ``job`` says (default ``Job()``); exits at ``job.timeout`` (124) or when its launcher
-    is gone (1) (:func:`d2lzh.jobs.watch`); ``$D2LZH_FAULT`` fails one on the first attempt.
-    Returns, on rank 0, :func:`train_fast`'s history (``examples``, ``images_per_s``: of all
-    processes) with ``world_size``, ``backend``, ``device``, ``restart_count`` and
-    ``params_digest`` (one SHA-1 per rank); None on other ranks. RuntimeError: not under
-    torchrun, a local rank without a GPU; ValueError: ``cuda_graph`` with several NCCL ranks."""
-    recipe, job = recipe or Recipe(), job or Job()
+@record  # torchrun's error file: the failing rank's exception and traceback, for the launcher
+def _train(recipe, job):
+    """:func:`ddp_worker` up to its exit: trains, returns rank 0's result; raises what failed."""
     rank, _, world_size = torchrun_env()
     _jobs.watch(job.timeout, f'DDP worker rank {rank}')
     backend = job.backend or ('nccl' if torch.cuda.is_available() else 'gloo')
@@ -166,7 +178,37 @@ def ddp_worker(recipe=None, job=None):
                 json.dump(history, f)
         return history
     finally:
-        dist.destroy_process_group()
+        if sys.exc_info()[0] is None:  # failed: ddp_worker ends the process instead
+            dist.destroy_process_group()
+
+
+def ddp_worker(recipe=None, job=None):
+    """One process of a DDP job (under torchrun or ``run_ddp``): trains as ``recipe`` says
+    (default ``Recipe()``; ``batch_size`` per process) what ``job`` says (default ``Job()``);
+    exits at ``job.timeout`` (124) or when its launcher is gone (1) (:func:`d2lzh.jobs.watch`);
+    ``$D2LZH_FAULT`` fails one on the first attempt. Returns, on rank 0, :func:`train_fast`'s
+    history (``examples``, ``images_per_s``: of all processes) with ``world_size``,
+    ``backend``, ``device``, ``restart_count`` and ``params_digest`` (one SHA-1 per rank);
+    None on other ranks. RuntimeError: not under torchrun; ValueError: ``cuda_graph`` with
+    several NCCL ranks. Anything that fails once the job is joined ends the process (exit 1)
+    with the exception's traceback in torchrun's error file and on stderr."""
+    try:
+        return _train(recipe or Recipe(), job or Job())
+    except BaseException as err:
+        if not dist.is_initialized():  # before joining the job: an ordinary error
+            raise
+        if _after_a_peer(err):  # a peer failed first (or was killed): torchrun is to report
+            time.sleep(5)       # that one, its agent stopping this rank meanwhile
+        # A failed rank ends at once, its exception and traceback in torchrun's error file
+        # (@record above) and on stderr. It does not call destroy_process_group(): with NCCL
+        # that waits for the collective its peers are blocked in, which held a 2-GPU job until
+        # its deadline. Its exit frees its GPU memory and tears its NCCL communicator down;
+        # torchrun's agent, seeing the failure, stops every other worker (SIGTERM, then
+        # SIGKILL); the NCCL watchdog's collective timeout (Job.timeout) stays the last guard.
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def _parse(argv=None):

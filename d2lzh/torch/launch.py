@@ -4,6 +4,7 @@ processes of this machine, through torchrun's Python API (``elastic_launch``).""
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -82,30 +83,43 @@ def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0):
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
 
 
-def _leftovers():  # what torch leaves in the temporary folder, and never removes
-    tmp = tempfile.gettempdir()
+def _leftovers():  # what torch leaves in the temporary folder, and never removes (a failing
+    tmp = tempfile.gettempdir()  # worker imports TorchDynamo, which makes an inductor folder)
     return [os.path.join(tmp, name) for name in os.listdir(tmp)
-            if name.startswith(('torchelastic_', 'pytorch-errorfile-'))]
+            if name.startswith(('torchelastic_', 'pytorch-errorfile-', 'torchinductor_'))]
+
+
+def _when(rank_failure):
+    """When a failure happened: its error file's time (ns), else torch's (whole seconds)."""
+    failure = rank_failure[1]
+    try:
+        return os.stat(failure.error_file).st_mtime_ns / 1e9
+    except (OSError, TypeError):
+        return failure.timestamp
 
 
 def _failure_message(err, world_size, max_restarts):
+    """The first line names the failing rank, its exit code and exception; then its traceback
+    from torchrun's error file, with folders above d2lzh/ or torch/ left out."""
     # the agent SIGTERMs the others: the root cause is a process that died of another
     # signal (e.g. SIGKILL), else the earliest failure
     signalled = [(r, f) for r, f in err.failures.items()
                  if f.exitcode < 0 and f.exitcode != -signal.SIGTERM]
-    rank, failure = min(signalled or err.failures.items(), key=lambda rf: rf[1].timestamp)
-    detail = 'no traceback (the process was killed by a signal or exited without one)'
-    message = failure.message.get('message', '') if isinstance(failure.message, dict) \
-        else failure.message
-    if message and not str(message).startswith(('To enable traceback', 'Signal ')):
-        detail = ([ln for ln in str(message).splitlines() if ln.strip()] or [detail])[-1]
+    rank, failure = min(signalled or err.failures.items(), key=_when)
+    detail, stack = 'no traceback (the process was killed by a signal or exited without one)', ''
+    info = failure.message if isinstance(failure.message, dict) else {'message': failure.message}
+    message = str(info.get('message') or '')
+    if message and not message.startswith(('To enable traceback', 'Signal ')):
+        detail = ([ln for ln in message.splitlines() if ln.strip()] or [detail])[-1]
+        stack = str(info.get('extraInfo', {}).get('py_callstack') or '').rstrip()
+        stack = re.sub(r'File "[^"]*?/((?:d2lzh|torch)/[^"]*)"', r'File "\1"', stack)
     code = failure.exitcode
     sig = f' ({signal.Signals(-code).name})' if -code in signal.valid_signals() else ''
     others = sorted(r for r in err.failures if r != rank)
     return (f'DDP worker rank {rank} of {world_size} failed'
             f'{f" after {max_restarts} restart(s)" if max_restarts else ""} with exit code '
             f'{code}{sig}: {detail}{f" (then rank(s) {others} failed too)" if others else ""}. '
-            'The other workers were stopped.')
+            'The other workers were stopped.' + (f'\nRank {rank}\'s {stack}' if stack else ''))
 
 
 @record
