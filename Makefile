@@ -18,34 +18,28 @@ STAMP := $(VENV)/.installed-$(MXNET_PACKAGE)-numpy$(NUMPY)
 BUILD ?= build
 TEST_MAX_EXAMPLES ?= 256
 TEST_JOBS ?= 2
-# The unit tests `make test` runs before the notebooks (files or folders under tests/).
-TESTS ?= tests
+# The unit tests `make test` runs before the notebooks: all of tests/, none when NOTEBOOKS is given.
+notebooks_given := $(filter-out undefined,$(origin NOTEBOOKS))
+TESTS ?= $(if $(notebooks_given),,tests)
 
-# Which notebooks, from the one registry (d2lzh/project.py). Given only NOTEBOOKS, EDITION
-# follows them. Bad values stop make here, before any work, with one line.
-project = $(shell $(or $(PYTHON),python3) d2lzh/project.py notebooks $(1))
-MXNET_NOTEBOOKS := $(call project,mxnet)
-PYTORCH_NOTEBOOKS := $(call project,pytorch)
-$(if $(MXNET_NOTEBOOKS),,$(error could not read the notebook list: `$(or $(PYTHON),python3) d2lzh/project.py notebooks mxnet` failed))
+# The variables of this Makefile (README.md); a command-line near miss of one is an error.
+VARIABLES := EDITION NOTEBOOKS NUMPY VENV PYTHON MXNET_PACKAGE BUILD TEST_MAX_EXAMPLES TEST_JOBS \
+	TESTS D2LZH_MAX_EXAMPLES CLOUD_PYTHON GPU_BUILD_VENV
+# They, EDITION and NOTEBOOKS (also bare names: 02_hybridize) checked before any work, the
+# notebook list read from d2lzh/project.py: "EDITION PATH..." or "error: one line".
+args := $(shell $(or $(PYTHON),python3) scripts/make_args.py --known $(VARIABLES) --given \
+	$(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $v)),'$v')) \
+	$(if $(filter-out undefined,$(origin EDITION)),--edition '$(EDITION)') \
+	$(if $(notebooks_given),--notebooks $(foreach n,$(NOTEBOOKS),'$n')))
+$(if $(filter error:,$(firstword $(args))),$(error $(wordlist 2,$(words $(args)),$(args))))
+$(if $(args),,$(error could not check the command line: $(or $(PYTHON),python3) scripts/make_args.py failed))
 goal_notebooks := $(filter %.ipynb,$(MAKECMDGOALS))
 $(if $(goal_notebooks),$(error $(goal_notebooks) is not a make target: use make $(or $(filter-out %.ipynb,$(MAKECMDGOALS)),run) NOTEBOOKS=$(goal_notebooks)))
-in = $(patsubst $(CURDIR)/%,%,$(filter $(abspath $(1)),$(abspath $(2))))
-ifeq ($(origin EDITION),undefined)
-ifneq ($(call in,$(PYTORCH_NOTEBOOKS),$(NOTEBOOKS)),)
-EDITION := $(if $(call in,$(MXNET_NOTEBOOKS),$(NOTEBOOKS)),all,pytorch)
-endif
-endif
-EDITION ?= mxnet
-comma := ,
-$(if $(filter-out 1,$(words $(EDITION)))$(filter-out mxnet pytorch all,$(EDITION)),$(error EDITION=$(EDITION) is not valid: use EDITION=mxnet (notebooks/*.ipynb)$(comma) EDITION=pytorch (notebooks/pytorch/*.ipynb) or EDITION=all))
-NOTEBOOKS ?= $(if $(filter pytorch,$(EDITION)),,$(MXNET_NOTEBOOKS)) $(if $(filter mxnet,$(EDITION)),,$(PYTORCH_NOTEBOOKS))
-bad := $(patsubst $(CURDIR)/%,%,$(filter-out $(abspath $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS)),$(abspath $(NOTEBOOKS))))
-$(if $(bad),$(error NOTEBOOKS: $(bad) is not a notebook of this project; valid: $(MXNET_NOTEBOOKS) $(PYTORCH_NOTEBOOKS)))
-other := $(call in,$(if $(filter mxnet,$(EDITION)),$(PYTORCH_NOTEBOOKS),$(if $(filter pytorch,$(EDITION)),$(MXNET_NOTEBOOKS))),$(NOTEBOOKS))
-$(if $(other),$(error NOTEBOOKS: $(other) is in the $(if $(filter mxnet,$(EDITION)),PyTorch,MXNet) edition but EDITION=$(EDITION): use EDITION=$(if $(filter mxnet,$(EDITION)),pytorch,mxnet) or EDITION=all))
+override EDITION := $(firstword $(args))
+override NOTEBOOKS := $(wordlist 2,$(words $(args)),$(args))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv data run test cloud-test lab html clean distclean test-gpu-build
+.PHONY: help venv data run test cloud-test lab lab-reset html clean distclean test-gpu-build
 
 help:  ## this list. EDITION=mxnet|pytorch|all, NOTEBOOKS=...: which notebooks; BUILD=DIR: where run, html write (default build); README: all variables
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "make %-15s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
@@ -99,12 +93,17 @@ CLOUD_PYTHON ?= $(PYTHON)
 cloud-test: data  ## open notebooks alone, as on Colab: fresh numpy-2 venv, no d2lzh, no MXNet
 	$(PYTHON) scripts/cloud_runtime.py --python $(CLOUD_PYTHON) --build $(BUILD)/cloud
 
-# The notebooks' kernel `python3`: .venv's, registered inside .venv, first on JUPYTER_PATH.
-lab: venv  ## JupyterLab on notebooks/ with .venv's python3 kernel
+# JupyterLab on working copies in build/lab/notebooks/ (scripts/lab.py), never on notebooks/;
+# the kernel `python3`: .venv's, registered inside .venv, first on JUPYTER_PATH.
+lab: venv  ## JupyterLab on your own copies of the notebooks, made once in build/lab/notebooks/
 	$(PIP) install -r requirements-lab.txt
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ipykernel)"
-	cd notebooks && JUPYTER_PATH=$(abspath $(VENV))/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} \
+	$(PY) scripts/lab.py --dest $(BUILD)/lab
+	cd $(BUILD)/lab/notebooks && JUPYTER_PATH=$(abspath $(VENV))/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} \
 	  $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
+
+lab-reset:  ## start the lab's copies of NOTEBOOKS (or EDITION's) afresh from the stored ones
+	$(or $(PYTHON),python3) scripts/lab.py --dest $(BUILD)/lab --reset $(NOTEBOOKS)
 
 html: $(STAMP)  ## render the stored notebooks, not run, to build/stored/<edition>/ (no PyTorch needed)
 	$(PY) scripts/run_notebooks.py --stored --build $(BUILD) $(NOTEBOOKS)
@@ -114,8 +113,8 @@ test-gpu-build:  ## mxnet-cu112 + CUDA 11 pip packages (2.2 GB) against a stub N
 	$(MAKE) --no-print-directory venv VENV=$(GPU_BUILD_VENV) MXNET_PACKAGE=mxnet-cu112 EDITION=mxnet
 	D2LZH_REQUIRE_GPU_BUILD=1 $(GPU_BUILD_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/test_cuda11.py
 
-clean:  ## remove build/ (or BUILD=DIR)
-	rm -rf $(BUILD)
+clean:  ## remove build/ (or BUILD=DIR) but build/lab/, your copies of the notebooks
+	[ ! -d $(BUILD) ] || find $(BUILD) -mindepth 1 -maxdepth 1 ! -name lab -exec rm -rf {} +
 
 distclean: clean  ## also remove the venvs
 	rm -rf $(VENV) $(GPU_BUILD_VENV)

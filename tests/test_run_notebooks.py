@@ -1,5 +1,5 @@
 """The runner behind ``make run`` and ``make html`` (scripts/run_notebooks.py), its summary
-(scripts/run_summary.py) and the Makefile's checks, on tiny notebooks written here.
+(scripts/run_summary.py), on tiny notebooks written here (the Makefile's: test_make.py).
 
 Nothing is ever lost (a failed, interrupted or half-replaced re-run leaves the earlier
 results byte-identical), progress, the summary's tags come from the recorded figures, an
@@ -407,7 +407,7 @@ def test_a_link_that_leads_nowhere_stops_make_html_with_one_line(tmp_path):
     assert 'links to what does not exist: ../docs/missing.md' in out.stderr
 
 
-# ---------------------------------------------------------------- command line and make
+# ---------------------------------------------------------------- command line
 @pytest.mark.parametrize('args, message', [
     (['nbs/nope.ipynb'], 'error: not a notebook: nbs/nope.ipynb; valid: notebooks/'),
     (['a/x.ipynb', 'b/x.ipynb'], 'would both write build/run/mxnet/x.*')])
@@ -418,28 +418,3 @@ def test_runner_refuses_bad_notebooks_in_one_line(tmp_path, args, message):
     assert out.returncode == 2
     assert out.stderr.count('\n') == 1 and message in out.stderr, out.stderr
     assert not (tmp_path / 'build').exists()
-
-
-def test_make_stops_at_bad_notebooks_or_edition_first(tmp_path):
-    """Checked before the venv and the data: nothing is built, one line names the choices."""
-    for args, expected in [
-            (['EDITION=nope'], 'EDITION=nope is not valid: use EDITION=mxnet'),
-            (['NOTEBOOKS=notebooks/nope.ipynb'],
-             ('NOTEBOOKS: notebooks/nope.ipynb is not a notebook of this project; valid: '
-              'notebooks/01_use-gpu.ipynb')),
-            (['EDITION=mxnet', 'NOTEBOOKS=notebooks/pytorch/01_use-gpu.ipynb'],
-             'is in the PyTorch edition but EDITION=mxnet: use EDITION=pytorch or EDITION=all'),
-            (['EDITION=pytorch', 'NOTEBOOKS=notebooks/01_use-gpu.ipynb'],
-             'is in the MXNet edition but EDITION=pytorch: use EDITION=mxnet or EDITION=all'),
-            # forgot NOTEBOOKS=: a hint, not a run of every notebook
-            (['notebooks/02_hybridize.ipynb'],
-             'notebooks/02_hybridize.ipynb is not a make target: '
-             'use make run NOTEBOOKS=notebooks/02_hybridize.ipynb')]:
-        out = subprocess.run(['make', '-C', str(ROOT), 'run', 'VENV=' + str(tmp_path / 'venv'),
-                              'BUILD=' + str(tmp_path / 'build'), *args],
-                             capture_output=True, text=True, timeout=60)
-        assert out.returncode != 0
-        lines = [ln for ln in out.stdout.splitlines() + out.stderr.splitlines()
-                 if ln.strip() and 'Entering directory' not in ln and 'Leaving directory' not in ln]
-        assert len(lines) == 1 and expected in lines[0], lines
-    assert not (tmp_path / 'venv').exists() and not (tmp_path / 'build').exists()

@@ -1,0 +1,223 @@
+"""The Makefile's edges, through ``make -n`` (nothing runs) or targets that build nothing:
+its command-line checks (scripts/make_args.py), bare notebook names, ``make test`` with
+NOTEBOOKS, the lab's working copies (scripts/lab.py), ``make clean`` and the pyparsing pin.
+"""
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / 'scripts'))
+import lab  # noqa: E402
+
+
+def make(*args, tmp_path, dry=True):
+    """``make -C ROOT [-n] ARGS`` with its venv and build folder in ``tmp_path``."""
+    return subprocess.run(['make', '-C', str(ROOT), *(['-n'] if dry else []), *args,
+                           'VENV=' + str(tmp_path / 'venv'), 'BUILD=' + str(tmp_path / 'build')],
+                          capture_output=True, text=True, timeout=60)
+
+
+def error_line(out):
+    """The one line a refused command prints (make's directory lines aside)."""
+    assert out.returncode != 0, out.stdout
+    lines = [ln for ln in out.stdout.splitlines() + out.stderr.splitlines()
+             if ln.strip() and 'Entering directory' not in ln and 'Leaving directory' not in ln]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def command(out, script):
+    """The words of the recipe line of ``make -n`` that runs ``script``."""
+    assert out.returncode == 0, out.stderr
+    line = next(ln for ln in out.stdout.replace('\\\n', ' ').splitlines() if script in ln)
+    return line.split()
+
+
+# ---------------------------------------------------------------- the command line
+def make_args(*argv):
+    """What scripts/make_args.py prints for ``argv``, as the Makefile calls it."""
+    out = subprocess.run([sys.executable, str(ROOT / 'scripts' / 'make_args.py'), *argv],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.count('\n') == 1, out.stdout + out.stderr
+    return out.stdout.strip()
+
+
+KNOWN = ['--known', 'EDITION', 'NOTEBOOKS', 'TESTS', 'TEST_JOBS', 'D2LZH_MAX_EXAMPLES']
+
+
+@pytest.mark.parametrize('args, expected', [
+    (['--given', 'edition'], 'edition is not a variable of this Makefile: did you mean EDITION?'),
+    (['--given', 'TEST_JOB'], 'TEST_JOB is not a variable of this Makefile: did you mean '
+                              'TEST_JOBS?'),
+    (['--given', 'D2LZH_MAX_EXAMPLE'], 'did you mean D2LZH_MAX_EXAMPLES?'),
+    (['--given', 'D2LZH_DATA_DR'], 'did you mean D2LZH_DATA_DIR?'),  # d2lzh's environment
+    (['--edition', 'pytorch', '--notebooks', '02_hybridise'],
+     'did you mean notebooks/pytorch/02_hybridize.ipynb?'),
+    (['--notebooks', 'notebooks/07_modern-gpu-training.ipynb'],   # only in the PyTorch edition
+     'did you mean notebooks/pytorch/07_modern-gpu-training.ipynb?'),
+    (['--notebooks', 'notebooks/nope.ipynb'],
+     'NOTEBOOKS: notebooks/nope.ipynb is not a notebook of this project; valid: 01_use-gpu '
+     '02_hybridize'),
+    (['--edition', 'pytorch', '--notebooks', 'nope'], 'valid: pytorch/01_use-gpu'),
+    (['--edition', 'mxnet', '--notebooks', 'notebooks/pytorch/01_use-gpu.ipynb'],
+     'is in the PyTorch edition but EDITION=mxnet: use EDITION=pytorch or EDITION=all'),
+    (['--edition', 'pytorch', '--notebooks', 'notebooks/01_use-gpu.ipynb'],
+     'is in the MXNet edition but EDITION=pytorch: use EDITION=mxnet or EDITION=all'),
+    (['--edition', 'mxnet', '--notebooks', '07_modern-gpu-training'], 'in the PyTorch edition'),
+    (['--edition', 'mxnet pytorch'], 'EDITION=mxnet pytorch is not valid: use EDITION=mxnet')])
+def test_make_args_refuses_in_one_line(args, expected):
+    line = make_args(*KNOWN, *args)
+    assert line.startswith('error: ') and expected in line, line
+
+
+@pytest.mark.parametrize('args, expected', [
+    (['--given', 'CI', 'V', 'PYTHONPATH', 'JOBS', 'D2LZH_DATA_DIR', 'TESTS'],
+     'mxnet notebooks/01_use-gpu.ipynb'),
+    (['--notebooks', '02_hybridize'], 'mxnet notebooks/02_hybridize.ipynb'),
+    (['--notebooks', '02_hybridize.ipynb'], 'mxnet notebooks/02_hybridize.ipynb'),
+    (['--notebooks', 'notebooks/02_hybridize'], 'mxnet notebooks/02_hybridize.ipynb'),
+    (['--notebooks', './notebooks/02_hybridize.ipynb'], 'mxnet notebooks/02_hybridize.ipynb'),
+    (['--notebooks', str(ROOT / 'notebooks' / '05_multiple-gpus.ipynb')],
+     'mxnet notebooks/05_multiple-gpus.ipynb'),
+    (['--edition', 'pytorch', '--notebooks', '02_hybridize'],
+     'pytorch notebooks/pytorch/02_hybridize.ipynb'),
+    (['--edition', 'all', '--notebooks', '02_hybridize'],
+     'all notebooks/02_hybridize.ipynb notebooks/pytorch/02_hybridize.ipynb'),
+    (['--notebooks', 'pytorch/03_async-computation'],     # EDITION follows the notebooks
+     'pytorch notebooks/pytorch/03_async-computation.ipynb'),
+    (['--notebooks', '07_modern-gpu-training'], 'pytorch notebooks/pytorch/07_modern-gpu-training'),
+    (['--notebooks', '01_use-gpu', 'pytorch/01_use-gpu.ipynb', '01_use-gpu'],
+     'all notebooks/01_use-gpu.ipynb notebooks/pytorch/01_use-gpu.ipynb'),
+    (['--notebooks'], 'mxnet'),                            # NOTEBOOKS= : none
+    (['--edition', 'pytorch'], 'pytorch notebooks/pytorch/01_use-gpu.ipynb')])
+def test_make_args_resolves_bare_names_to_the_projects_paths(args, expected):
+    assert make_args(*KNOWN, *args).startswith(expected)
+
+
+@pytest.mark.parametrize('args, expected', [
+    (['NOTEBOOK=notebooks/02_hybridize.ipynb'],
+     'NOTEBOOK is not a variable of this Makefile: did you mean NOTEBOOKS?'),
+    (['EDITON=all'], 'EDITON is not a variable of this Makefile: did you mean EDITION?'),
+    (['EDITION=nope'], 'EDITION=nope is not valid: use EDITION=mxnet'),
+    (['NOTEBOOKS=02_hybridise'], 'NOTEBOOKS: 02_hybridise is not a notebook of this project: '
+                                 'did you mean notebooks/02_hybridize.ipynb?'),
+    # forgot NOTEBOOKS=: a hint, not a run of every notebook
+    (['notebooks/02_hybridize.ipynb'], 'notebooks/02_hybridize.ipynb is not a make target: '
+                                       'use make run NOTEBOOKS=notebooks/02_hybridize.ipynb')])
+def test_make_refuses_a_bad_command_line_in_one_line_before_any_work(tmp_path, args, expected):
+    line = error_line(make('run', *args, tmp_path=tmp_path, dry=False))
+    assert expected in line, line
+    assert not (tmp_path / 'venv').exists() and not (tmp_path / 'build').exists()
+
+
+def test_make_takes_bare_names_and_unrelated_variables(tmp_path):
+    out = make('run', 'NOTEBOOKS=02_hybridize', 'EDITION=pytorch', 'CI=true', 'V=1',
+               tmp_path=tmp_path)
+    words = command(out, 'run_notebooks.py')
+    assert words[words.index('--build') + 2:] == ['notebooks/pytorch/02_hybridize.ipynb']
+
+
+def test_make_test_with_notebooks_checks_only_them_unless_tests_is_given(tmp_path):
+    words = command(make('test', 'NOTEBOOKS=02_hybridize', tmp_path=tmp_path), '--nbval')
+    assert words[-1] == 'notebooks/02_hybridize.ipynb' and 'tests' not in words
+    words = command(make('test', 'NOTEBOOKS=02_hybridize', 'TESTS=tests/test_data.py',
+                         tmp_path=tmp_path), '--nbval')
+    assert words[-2:] == ['tests/test_data.py', 'notebooks/02_hybridize.ipynb']
+    words = command(make('test', 'EDITION=pytorch', tmp_path=tmp_path), '--nbval')
+    assert words[words.index('tests') + 1] == 'notebooks/pytorch/01_use-gpu.ipynb'
+
+
+# ---------------------------------------------------------------- the lab's working copies
+def tree(folder):
+    """{relative path: sha256} of every file under ``folder``."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob('*')) if p.is_file()}
+
+
+def test_editing_a_lab_copy_leaves_the_stored_notebooks_byte_identical(tmp_path):
+    stored, dest = tree(ROOT / 'notebooks'), tmp_path / 'lab'
+    copied, _ = lab.copy_notebooks(dest)
+    assert sorted(copied) == sorted('notebooks/' + p for p in stored)
+    assert tree(dest / 'notebooks') == stored          # pytorch/ included
+    copy = dest / 'notebooks' / 'pytorch' / '02_hybridize.ipynb'
+    assert not copy.is_symlink() and copy.stat().st_ino != \
+        (ROOT / 'notebooks' / 'pytorch' / '02_hybridize.ipynb').stat().st_ino
+    nb = json.loads(copy.read_text(encoding='utf-8'))  # a student edits and saves
+    nb['cells'][0]['source'] = 'my own notes'
+    copy.write_text(json.dumps(nb), encoding='utf-8')
+    edited = copy.read_bytes()
+    assert lab.copy_notebooks(dest) == ([], [])        # a later make lab keeps the copy
+    assert copy.read_bytes() == edited
+    assert tree(ROOT / 'notebooks') == stored
+
+    copied, _ = lab.copy_notebooks(dest, ['notebooks/pytorch/02_hybridize.ipynb'], reset=True)
+    assert copied == ['notebooks/pytorch/02_hybridize.ipynb']
+    assert copy.read_bytes() == (ROOT / 'notebooks' / 'pytorch' / '02_hybridize.ipynb').read_bytes()
+    assert (dest / 'previous' / 'notebooks' / 'pytorch' / '02_hybridize.ipynb').read_bytes() \
+        == edited
+    assert tree(ROOT / 'notebooks') == stored
+
+
+def test_a_lab_copy_whose_stored_notebook_changed_is_named(tmp_path):
+    root = tmp_path / 'repo'
+    (root / 'notebooks').mkdir(parents=True)
+    (root / 'notebooks' / '01_use-gpu.ipynb').write_text('{"v": 1}')
+    path, dest = 'notebooks/01_use-gpu.ipynb', tmp_path / 'lab'
+    assert lab.copy_notebooks(dest, [path], root=root) == ([path], [])
+    (root / path).write_text('{"v": 2}')               # git pull brings a new version
+    assert lab.copy_notebooks(dest, [path], root=root) == ([], [path])
+    assert (dest / path).read_text() == '{"v": 1}'
+    assert lab.copy_notebooks(dest, [path], reset=True, root=root) == ([path], [])
+    assert lab.copy_notebooks(dest, [path], root=root) == ([], [])
+
+
+def test_a_lab_kernel_finds_d2lzh_and_writes_under_the_copy(tmp_path):
+    """The kernel of a lab copy runs in the copy's folder: the setup cell finds the installed
+    d2lzh, and d2l.output_dir() is a folder there, not in notebooks/."""
+    lab.copy_notebooks(tmp_path / 'lab', ['notebooks/pytorch/02_hybridize.ipynb'])
+    folder = tmp_path / 'lab' / 'notebooks' / 'pytorch'
+    env = {k: v for k, v in os.environ.items() if k not in ('D2LZH_OUTPUT_DIR', 'PYTHONPATH')}
+    out = subprocess.run(
+        [sys.executable, '-c', 'import importlib.util, d2lzh; '
+         'assert importlib.util.find_spec("d2lzh") is not None; '
+         'print(d2lzh.output_dir().resolve())'],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()) == folder / 'd2lzh-output'
+
+
+def test_make_lab_reset_and_clean_keep_to_the_lab_folder(tmp_path):
+    words = command(make('lab-reset', 'NOTEBOOKS=02_hybridize', tmp_path=tmp_path), 'lab.py')
+    assert words[-2:] == ['--reset', 'notebooks/02_hybridize.ipynb']
+    assert words[words.index('--dest') + 1] == str(tmp_path / 'build' / 'lab')
+    out = make('lab-reset', 'NOTEBOOKS=02_hybridize', tmp_path=tmp_path, dry=False)
+    assert out.returncode == 0, out.stderr
+    assert 'started afresh from notebooks/02_hybridize.ipynb' in out.stdout
+    copy = tmp_path / 'build' / 'lab' / 'notebooks' / '02_hybridize.ipynb'
+    (tmp_path / 'build' / 'run').mkdir()
+    assert make('clean', tmp_path=tmp_path, dry=False).returncode == 0
+    assert copy.is_file() and not (tmp_path / 'build' / 'run').exists()
+
+
+# ---------------------------------------------------------------- pins
+def test_pyparsing_is_pinned_to_a_release_matplotlib_draws_with_silently():
+    """pyparsing 3.3 deprecates the names matplotlib 3.9 calls: 28 warnings in make test."""
+    pins = {name: re.search(r'^pyparsing==(\S+)$', (ROOT / name).read_text(), re.M)
+            for name in ('requirements.txt', 'requirements-numpy2.txt', 'requirements-cloud.txt')}
+    assert all(pins.values()), pins
+    assert {m.group(1) for m in pins.values()} == {'3.2.5'}
+    import pyparsing
+    assert pyparsing.__version__ == '3.2.5', 'a venv older than the pin: run make venv'
+    code = ('import warnings; warnings.simplefilter("always")\n'
+            'import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt\n'
+            'plt.plot([1, 2]); plt.title(r"$a^2$"); plt.gcf().canvas.draw()')
+    out = subprocess.run([sys.executable, '-W', 'always', '-c', code],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and 'deprecated' not in out.stderr, out.stderr
