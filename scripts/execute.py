@@ -1,4 +1,5 @@
-"""Execute one notebook in a Jupyter kernel, showing which cell runs and for how long.
+"""Execute one notebook in a Jupyter kernel, showing which cell runs, for how long, and
+the last line it printed.
 
 Used by ``scripts/run_notebooks.py`` (``make run``). :func:`execute` runs the notebook in a
 thread of its own, so that the main thread can keep the progress line current and take
@@ -6,6 +7,8 @@ Ctrl-C (SIGINT; ``run_notebooks`` turns SIGTERM into the same): it then stops th
 every process it started, and says so.
 """
 import os
+import re
+import shutil
 import signal
 import sys
 import threading
@@ -43,11 +46,27 @@ def failing_cell(nb):
     return None, ''
 
 
-class Progress:
-    """Which cell of how many runs, and for how long.
+def last_output_line(cell):
+    """The last non-blank line a cell has printed so far (stdout or stderr) as a terminal
+    shows it: after its last carriage return, without escape sequences; '' when none."""
+    for out in reversed(list(cell.get('outputs', []))):  # a copy: nbclient appends to it
+        if out.get('output_type') == 'stream':
+            text = re.sub(r'\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x08\x0b-\x1f\x7f]', '',
+                          out.get('text', '').replace('\r', '\n'))
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            if lines:
+                return lines[-1]
+    return ''
 
-    On a terminal one line that :meth:`tick` keeps current (tqdm); elsewhere (CI, a pipe) a
-    plain line when a cell starts and another every ``every`` seconds while it runs.
+
+class Progress:
+    """Which cell of how many runs, for how long, and the last line it printed.
+
+    On a terminal one line that :meth:`tick` keeps current (tqdm), cut to the terminal's
+    width: the cell's first line of source until it prints, then its last printed line.
+    Elsewhere (CI, a pipe) a plain line when a cell starts and, every ``every`` seconds
+    while it runs, one with its last printed line, cut to ``shutil.get_terminal_size()``
+    (80 columns where there is no terminal).
     """
 
     def __init__(self, nb, stream=None, every=60):
@@ -63,8 +82,12 @@ class Progress:
         self.bar = None
         if self.stream.isatty():
             from tqdm import tqdm
-            self.bar = tqdm(total=self.total, file=self.stream, leave=False, dynamic_ncols=True,
+            self.bar = tqdm(total=self.total, file=self.stream, leave=False, ncols=self._columns(),
                             bar_format='  {bar:12} {n_fmt}/{total_fmt} cells {elapsed} | {desc}')
+
+    @staticmethod
+    def _columns():
+        return shutil.get_terminal_size().columns
 
     def cell_started(self, cell, cell_index, **_):
         """nbclient's ``on_cell_execute`` hook (called in the executing thread)."""
@@ -81,11 +104,15 @@ class Progress:
         if self.cell is None:
             return
         seconds = time.perf_counter() - self.started
+        last = last_output_line(self.cell)
+        source = f'> {last}' if last else f'"{first_line(self.cell)[:60]}"'
         if self.bar is not None:
+            self.bar.ncols = self._columns()  # the terminal may have been resized
             self.bar.set_description_str(f'cell {self.number}/{self.total}, {seconds:.0f} s: '
-                                         f'"{first_line(self.cell)[:60]}"')
+                                         f'{source}')
         elif time.perf_counter() - self.said >= self.every:
-            self._say(f'cell {self.number}/{self.total} still running after {seconds:.0f} s')
+            self._say(f'cell {self.number}/{self.total} still running after {seconds:.0f} s'
+                      + (f': {last}' if last else ''), cut=True)
 
     def where(self):
         """``cell 3/25 "first line" (12 s)``: the cell that runs, or '' before the first."""
@@ -94,9 +121,12 @@ class Progress:
         return (f'cell {self.number}/{self.total} "{first_line(self.cell)[:60]}" '
                 f'({time.perf_counter() - self.started:.0f} s)')
 
-    def _say(self, text):
+    def _say(self, text, cut=False):
+        """Print a line; ``cut``: to the terminal's width (a Chinese character takes two)."""
+        from tqdm.utils import disp_trim
         self.said = time.perf_counter()
-        print(f'  {text}', file=self.stream, flush=True)
+        text = f'  {text}'
+        print(disp_trim(text, self._columns()) if cut else text, file=self.stream, flush=True)
 
     def close(self):
         """Remove the updating line (the caller prints the outcome)."""

@@ -237,6 +237,56 @@ def test_progress_is_one_updating_line_on_a_terminal():
     assert 'cell 2/2, 0 s: "train()"' in text and '\r' in text and '\n' not in text.strip()
 
 
+def stream(text, name='stdout'):
+    return nbformat.v4.new_output('stream', name=name, text=text)
+
+
+def test_the_last_output_line_is_the_one_a_terminal_shows():
+    cell = nbformat.v4.new_code_cell('train()')
+    assert execute.last_output_line(cell) == ''
+    cell.outputs = [stream('loading\n'), stream('epoch 1, loss 0.91\nepoch 2, loss 0.52\n\n'),
+                    nbformat.v4.new_output('display_data', data={'text/plain': 'Figure'})]
+    assert execute.last_output_line(cell) == 'epoch 2, loss 0.52'
+    cell.outputs.append(stream('\x1b[31m 10%|#  |\r 20%|## | 2/10\x1b[0m', 'stderr'))
+    assert execute.last_output_line(cell) == '20%|## | 2/10'
+
+
+def test_progress_shows_the_running_cells_last_line_cut_to_the_terminal(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setenv('COLUMNS', '72')
+    from tqdm.utils import disp_len
+    cell = nbformat.v4.new_code_cell('d2l.train(net, train_iter, test_iter)')
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    for out, every in ((Terminal(), 60), (io.StringIO(), 0)):
+        progress = execute.Progress(nb, out, every=every)
+        progress.cell_started(cell=cell, cell_index=0)
+        cell.outputs = [stream('epoch 1, loss 0.9\nepoch 2, loss 0.5123, train acc 0.812, '
+                               'test acc 0.800, 训练很长很长的一行 ' + 'x' * 80 + '\n')]
+        progress.tick()
+        progress.close()
+        shown = [s for s in re.split(r'[\r\n]', out.getvalue()) if 'epoch' in s]
+        assert shown and all(disp_len(s) <= 72 for s in shown), shown
+        assert 'epoch 2, loss 0.51' in shown[-1] and 'epoch 1' not in shown[-1], shown
+        cell.outputs = []
+    assert shown[-1].startswith('  cell 1/1 still running after 0 s: epoch 2'), shown
+
+
+def test_a_long_cells_output_reaches_the_progress_line_while_it_runs(tmp_path):
+    """With a real kernel: the line printed before a cell's long wait is shown during it."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import time\nprint('epoch 1, loss 0.9', flush=True)\ntime.sleep(4)")])
+    out = io.StringIO()
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONUNBUFFERED='1')
+    error, interrupted = execute.execute(nb, tmp_path, 60, env,
+                                         execute.Progress(nb, out, every=1))
+    assert (error, interrupted) == ('', False)
+    assert 'cell 1/1 still running after ' in out.getvalue()
+    assert ' s: epoch 1, loss 0.9\n' in out.getvalue(), out.getvalue()
+
+
 # ---------------------------------------------------------------- summary
 def test_runner_keeps_both_editions_and_never_overwrites(tmp_path):
     """Same stem in both editions: make run EDITION=all keeps both; a later run of
