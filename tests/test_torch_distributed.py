@@ -298,9 +298,6 @@ def test_run_ddp_rejects_bad_settings(monkeypatch):
     monkeypatch.setattr(launch, 'gpu_name', lambda i: 'NVIDIA H200')
     with pytest.raises(ValueError, match='asked for 2 GPUs but this machine has 1'):
         d2l.run_ddp(2, backend='nccl')
-    monkeypatch.setattr(launch, 'num_gpus', lambda: 2)
-    with pytest.raises(ValueError, match='cuda_graph=True with world_size=2'):
-        d2l.run_ddp(2, d2l.Recipe(cuda_graph=True), backend='nccl')
 
 
 def test_worker_module_help():
@@ -328,12 +325,7 @@ def test_worker_flags_are_the_recipe_fields():
         ddp._parse(['--momentum', '1.5'])
 
 
-def test_graph_with_several_nccl_processes_only_as_an_experiment(monkeypatch):
-    monkeypatch.delenv(ddp.GRAPH_EXPERIMENT_ENV, raising=False)
-    with pytest.raises(ValueError, match='refused rather than left to hang'):
-        ddp.refuse_graph_with_several(True, 'nccl', 2)
-    ddp.refuse_graph_with_several(True, 'nccl', 1)  # one process: allowed
-    ddp.refuse_graph_with_several(True, 'gloo', 2)  # no graph on the CPU anyway
-    monkeypatch.setenv(ddp.GRAPH_EXPERIMENT_ENV, '1')
-    with pytest.warns(RuntimeWarning, match='only the timeout ends it'):
-        ddp.refuse_graph_with_several(True, 'nccl', 2)
+def test_worker_trains_the_fast_paths_model_without_conv_biases():
+    """--no-conv-bias: the DDP worker's ResNet-18 is the fastest single-GPU configuration's."""
+    recipe, job = ddp._parse(['--fast', '--no-conv-bias'])
+    assert recipe == d2l.FAST and job.conv_bias is False and ddp.Job().conv_bias is True

@@ -24,18 +24,16 @@ from .book import gpu_name, lenet, num_gpus, resnet18
 from .data import FashionMNISTIter, ShardIter
 from .recipe import FAST, Recipe, capture_stream, check_settings, setting, train_fast
 
-__all__ = ['Job', 'ddp_worker', 'main', 'init_process_group', 'refuse_graph_with_several']
-
-#: Set to 1 to record the DDP step as a CUDA graph in several NCCL processes anyway, to look
-#: into the hang (docs/gpu-runs.md); the job's timeout still ends a hung run.
-GRAPH_EXPERIMENT_ENV = 'D2LZH_DDP_GRAPH_EXPERIMENT'
-
+__all__ = ['Job', 'ddp_worker', 'main', 'init_process_group']
 
 @dataclasses.dataclass(frozen=True)
 class Job:
     """What a worker trains and how it takes part in the job (:class:`Recipe`: how it
     trains). Raises ValueError for a field of the wrong type or value."""
     model: str = setting('resnet18', "lenet: the book's 8.4 LeNet", ('resnet18', 'lenet'))
+    conv_bias: bool = setting(True, "ResNet-18's convolutions before a batch norm have a bias "
+                              "(--no-conv-bias: the fast path's model, d2l.resnet18(10, "
+                              "conv_bias=False))")
     max_examples: str = setting(None, 'first N training and test images, or all (none: '
                                 '$D2LZH_MAX_EXAMPLES, else all)')
     backend: str = setting(None, 'none: nccl with GPUs, else gloo', (None, 'nccl', 'gloo'))
@@ -113,28 +111,12 @@ def _after_a_peer(err):
         w in text for w in ('connection reset', 'connection closed', 'broken pipe', 'gloo', 'nccl'))
 
 
-def refuse_graph_with_several(cuda_graph, backend, world_size):
-    """Raise ValueError for ``cuda_graph`` with NCCL and more than one process (it hung on 2x
-    H200 with PyTorch 2.11), unless ``$D2LZH_DDP_GRAPH_EXPERIMENT=1`` (a RuntimeWarning)."""
-    if cuda_graph and backend == 'nccl' and world_size > 1:
-        if os.environ.get(GRAPH_EXPERIMENT_ENV) == '1':
-            warnings.warn(f'{GRAPH_EXPERIMENT_ENV}=1: recording the DDP step with world_size='
-                          f'{world_size}; this hung before, and only the timeout ends it if it '
-                          'hangs again', RuntimeWarning, stacklevel=2)
-            return
-        raise ValueError(f'cuda_graph=True with world_size={world_size}: capturing the DDP step '
-                         'in more than one process never finished on 2x H200 with PyTorch 2.11 '
-                         '(see bench/README.md), so it is refused rather than left to hang. Use '
-                         'cuda_graph=False with several processes, or world_size=1.')
-
-
 @record  # torchrun's error file: the failing rank's exception and traceback, for the launcher
 def _train(recipe, job):
     """:func:`ddp_worker` up to its exit: trains, returns rank 0's result; raises what failed."""
     rank, _, world_size = torchrun_env()
     _jobs.watch(job.timeout, f'DDP worker rank {rank}')
     backend = job.backend or ('nccl' if torch.cuda.is_available() else 'gloo')
-    refuse_graph_with_several(recipe.cuda_graph, backend, world_size)
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device|Grad strides do not')
     if recipe.cuda_graph and backend == 'nccl':  # NCCL calls inside a CUDA graph need this off
         os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'] = '0'
@@ -151,12 +133,17 @@ def _train(recipe, job):
         test_iter = FashionMNISTIter(test_x, test_y, 512, False, device=device) \
             if rank == 0 else None
         fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
-        net = (resnet18(10) if job.model == 'resnet18' else lenet()).to(device, memory_format=fmt)
+        net = resnet18(10, conv_bias=job.conv_bias) if job.model == 'resnet18' else lenet()
+        net = net.to(device, memory_format=fmt)
+        # A DDP step recorded in a CUDA graph, as PyTorch's CUDA-graph notes ask: NCCL >= 2.9.6,
+        # its async error handling off (above), DDP built on the side stream that records,
+        # at least 11 eager steps before the capture (TrainStep), and a static graph.
         stream = capture_stream(device) if recipe.cuda_graph and device.type == 'cuda' else None
-        with torch.cuda.stream(stream):  # to be recorded, DDP is built on the capture stream
+        with torch.cuda.stream(stream):
             model = DistributedDataParallel(
                 net, device_ids=[device.index] if device.type == 'cuda' else None,
-                gradient_as_bucket_view=job.gradient_as_bucket_view)
+                gradient_as_bucket_view=job.gradient_as_bucket_view,
+                static_graph=stream is not None)
         if stream is not None:
             torch.cuda.current_stream(device).wait_stream(stream)
         history = train_fast(model, train_iter, test_iter, device, recipe,
@@ -189,8 +176,7 @@ def ddp_worker(recipe=None, job=None):
     ``$D2LZH_FAULT`` fails one on the first attempt. Returns, on rank 0, :func:`train_fast`'s
     history (``examples``, ``images_per_s``: of all processes) with ``world_size``,
     ``backend``, ``device``, ``restart_count`` and ``params_digest`` (one SHA-1 per rank);
-    None on other ranks. RuntimeError: not under torchrun; ValueError: ``cuda_graph`` with
-    several NCCL ranks. Anything that fails once the job is joined ends the process (exit 1)
+    None on other ranks. RuntimeError: not under torchrun. Anything that fails once the job is joined ends the process (exit 1)
     with the exception's traceback in torchrun's error file and on stderr."""
     try:
         return _train(recipe or Recipe(), job or Job())

@@ -19,7 +19,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ..checks import check_positive_int
 from .book import gpu_name, num_gpus, synchronize
-from .ddp import Job, ddp_worker, init_process_group, refuse_graph_with_several
+from .ddp import Job, ddp_worker, init_process_group
 from .recipe import Recipe
 
 __all__ = ['run_ddp', 'measure_allreduce']
@@ -32,7 +32,7 @@ def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job
     after a failure (from ``recipe.checkpoint`` if set). Logging is off and the workers' stderr
     goes to files meanwhile; torch's files are removed and the caller's SIGINT/SIGTERM
     handlers put back after. Returns rank 0's result. ValueError: a bad argument or setting,
-    more NCCL processes than GPUs, ``cuda_graph`` with several NCCL processes; RuntimeError
+    more NCCL processes than GPUs; RuntimeError
     (from ``ChildFailedError``): a worker failed, naming its rank, exit code and last line."""
     check_positive_int('world_size', world_size)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
@@ -44,7 +44,6 @@ def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job
                          'recipe, e.g. run_ddp(2, d2l.Recipe(epochs=2, lr=0.2))')
     recipe, job = recipe or Recipe(), Job(**{'verbose': False, **job})
     job = dataclasses.replace(job, backend=_backend(job.backend, world_size))
-    refuse_graph_with_several(recipe.cuda_graph, job.backend, world_size)
     return _launch(world_size, ddp_worker, (recipe, job), max_restarts, join_timeout)[0]
 
 
