@@ -250,7 +250,8 @@ def takeaway(row):
     else:
         text = value_text(key, fig)
     tags = measured_on(fig, key)
-    return f"{head}{subject}：{text}" + (f"；条件：{'；'.join(tags)}" if tags else '') + '。'
+    subject = f'{subject}：' if subject else ''
+    return f"{head}{subject}{text}" + (f"；条件：{'；'.join(tags)}" if tags else '') + '。'
 
 
 def notebook_line(row, history):
