@@ -93,3 +93,16 @@ def speedup(baseline, faster):
                          f'{len(baseline)} and {len(faster)} values')
     ratios = [b / f for b, f in zip(baseline, faster)]
     return Speedup(statistics.median(ratios), min(ratios), max(ratios), len(ratios))
+
+
+def paired_times(fns, repeats=5):
+    """Seconds of each function of ``fns`` ({name: function()}), all called one after the other,
+    ``repeats`` times: {name: list of seconds}, repeat i of each measured next to the others
+    (for :func:`speedup`). Each function must wait for its own work (synchronise)."""
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
