@@ -24,6 +24,8 @@ from .book import gpu_name, lenet, num_gpus, resnet18
 from .data import FashionMNISTIter, ShardIter
 from .recipe import FAST, Recipe, capture_stream, check_settings, setting, train_fast
 
+_IMPORTED = time.time()  # torch and d2lzh imported: the first of a worker's marks
+
 __all__ = ['Job', 'ddp_worker', 'main', 'init_process_group']
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +122,9 @@ def _train(recipe, job):
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device|Grad strides do not')
     if recipe.cuda_graph and backend == 'nccl':  # NCCL calls inside a CUDA graph need this off
         os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'] = '0'
+    marks = {'imported': _IMPORTED}  # time.time() of each stage, in rank 0's result
     rank, world_size, device = init_process_group(backend, job.timeout)
+    marks['process_group'] = time.time()
     restarts = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', '0'))
     try:
         torch.manual_seed(job.seed)  # the same initial weights on every rank
@@ -146,8 +150,10 @@ def _train(recipe, job):
                 static_graph=stream is not None)
         if stream is not None:
             torch.cuda.current_stream(device).wait_stream(stream)
+        marks['train_start'] = time.time()  # after the data and the model
         history = train_fast(model, train_iter, test_iter, device, recipe,
                              verbose=job.verbose and rank == 0)
+        marks['train_end'] = time.time()
         digest = hashlib.sha1()  # of every parameter: equal digests, bitwise-equal replicas
         for p in net.parameters():
             digest.update(p.detach().float().cpu().contiguous().numpy().tobytes())
@@ -155,7 +161,7 @@ def _train(recipe, job):
         dist.all_gather_object(digests, digest.hexdigest())
         if rank != 0:
             return None
-        history.update(world_size=world_size, backend=backend, restart_count=restarts,
+        history.update(world_size=world_size, backend=backend, restart_count=restarts, marks=marks,
                        device=gpu_name(device.index) if device.type == 'cuda' else 'cpu',
                        params_digest=digests, examples=history['examples'] * world_size,
                        images_per_s=history['images_per_s'] * world_size)
@@ -175,9 +181,10 @@ def ddp_worker(recipe=None, job=None):
     exits at ``job.timeout`` (124) or when its launcher is gone (1) (:func:`d2lzh.jobs.watch`);
     ``$D2LZH_FAULT`` fails one on the first attempt. Returns, on rank 0, :func:`train_fast`'s
     history (``examples``, ``images_per_s``: of all processes) with ``world_size``,
-    ``backend``, ``device``, ``restart_count`` and ``params_digest`` (one SHA-1 per rank);
-    None on other ranks. RuntimeError: not under torchrun. Anything that fails once the job is joined ends the process (exit 1)
-    with the exception's traceback in torchrun's error file and on stderr."""
+    ``backend``, ``device``, ``restart_count``, ``params_digest`` (one SHA-1 per rank) and
+    ``marks`` (``time.time()`` when torch was imported, the group joined, training started/ended);
+    None on other ranks. RuntimeError: not under torchrun. Anything that fails once the job
+    is joined ends the process (exit 1), its traceback in torchrun's error file and on stderr."""
     try:
         return _train(recipe or Recipe(), job or Job())
     except BaseException as err:
