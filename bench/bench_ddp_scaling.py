@@ -45,7 +45,7 @@ from d2lzh import torch as d2l  # noqa: E402
 from d2lzh.torch.book import resnet18  # noqa: E402
 
 
-def torchrun(n, flags, env=None, timeout=300):
+def torchrun(n, flags, env=None, timeout=180):
     """Run ``torchrun ... -m d2lzh.torch.ddp FLAGS`` on ``n`` processes; return a dict: the
     seconds from the command's start (``wall_s``), exit code, output's tail, rank 0's result
     with its marks as seconds from the command's start (``None`` if it wrote none)."""
@@ -121,7 +121,7 @@ def main():
     gpus = d2l.num_gpus()
     counts = [n for n in map(int, args.gpus.split(',')) if n <= max(gpus, 2)]
     base = ['--fast', '--no-conv-bias', '--epochs', str(args.epochs), '--eval-from',
-            str(args.epochs), '--max-examples', args.max_examples, '--timeout', '300']
+            str(args.epochs), '--max-examples', args.max_examples, '--timeout', '120']
     result = {'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
               'device': d2l.gpu_name(0) if gpus else platform.processor() or 'cpu',
               'gpus': gpus, 'torch': torch.__version__, 'cuda': torch.version.cuda,
