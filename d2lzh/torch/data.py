@@ -88,9 +88,12 @@ class ShardIter(FashionMNISTIter):
         return len(self.labels) // (self.batch_size * self.world_size)
 
     def __iter__(self):
-        for index in _jobs.batch_indices(len(self.labels), self.batch_size, self.world_size,
-                                         self.rank, self.epoch, self.seed):
-            yield self._batch(self.images, self.labels, torch.from_numpy(index).to(self.device))
+        steps = _jobs.batch_indices(len(self.labels), self.batch_size, self.world_size,
+                                    self.rank, self.epoch, self.seed)
+        # One copy of the epoch's indices: a copy per step from pageable memory made the CPU
+        # wait for the GPU at every step (DDP on 1 GPU ran 5 % slower than one plain process).
+        for index in torch.from_numpy(np.stack(steps)).to(self.device):
+            yield self._batch(self.images, self.labels, index)
 
 
 def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=None,
