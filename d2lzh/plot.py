@@ -122,43 +122,28 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     """Draw a profiler's Chrome trace as a timeline and return the Axes (beyond the book).
 
     One row per process/thread of the trace (an MXNet device and engine thread, a PyTorch
-    thread or CUDA stream), its operators as bars on a time axis in milliseconds from the
-    first event, so that what runs at the same time is seen side by side. Reads complete
-    events (``ph`` 'X', with ``dur``) and begin/end pairs ('B'/'E', async 'b'/'e'), what
-    ``mx.profiler.dump()`` and ``torch.profiler``'s ``export_chrome_trace`` write; the
-    same file opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
-
-    ``trace``: the parsed JSON (dict) or the file's path; ``ax``: draw there (None: a new
-    figure); ``rows(label) -> bool`` keeps only the rows it accepts; the ``legend`` most
-    frequent operations get a colour and a legend entry, named by :func:`short_name` (a CUDA
-    kernel by what it does); the profiler's records about itself (its buffer requests, its
-    own rows, negative process ids) are left out.
-    ValueError: the trace holds no timed event.
+    thread or CUDA stream), its operators as bars on a time axis in milliseconds, so that what
+    runs at the same time is seen side by side. ``trace``: what ``mx.profiler.dump()`` or
+    ``torch.profiler``'s ``export_chrome_trace`` write (parsed, or the file's path; read by
+    :func:`d2lzh.trace.events`; it also opens in ui.perfetto.dev). ``ax``: draw there (None: a
+    new figure); ``rows(label) -> bool`` keeps the rows it accepts; the ``legend`` most
+    frequent operations get a colour and a legend entry, named by :func:`short_name`; the
+    profiler's records about itself are left out. ValueError: the trace holds no timed event.
     """
-    import json
     from collections import Counter, defaultdict
 
     import matplotlib.pyplot as plt
+
+    from .trace import _load, events
     _use_chinese_font()
-    if not isinstance(trace, dict):
-        with open(trace, encoding='utf-8') as f:
-            trace = json.load(f)
-    events = trace['traceEvents'] if isinstance(trace, dict) else trace
-    names, bars, open_ = {}, defaultdict(list), {}
-    for e in events:
-        key, name = (e.get('pid'), e.get('tid')), short_name(e.get('name', ''))
-        if _internal(e, ''):
-            continue
+    trace, names, bars = _load(trace), {}, defaultdict(list)
+    for e in trace['traceEvents']:
         if e.get('ph') == 'M' and e.get('name') in ('process_name', 'thread_name'):
             names[(e['pid'], None if e['name'] == 'process_name' else e.get('tid'))] = \
                 str(e.get('args', {}).get('name', ''))
-        elif e.get('ph') == 'X' and 'dur' in e:
-            bars[key].append((e['ts'], e['dur'], name))
-        elif e.get('ph') in ('B', 'b'):  # b/e: async events (MXNet's frontend API calls)
-            open_[key + (e.get('name'), e.get('id'))] = e['ts']
-        elif e.get('ph') in ('E', 'e') and key + (e.get('name'), e.get('id')) in open_:
-            start = open_.pop(key + (e.get('name'), e.get('id')))
-            bars[key].append((start, e['ts'] - start, name))
+    for start, end, pid, tid, name, cat in events(trace):
+        if not _internal({'cat': cat, 'name': name}, ''):
+            bars[(pid, tid)].append((start, end - start, short_name(name)))
     label = {k: ' '.join(filter(None, (names.get((k[0], None)), names.get(k)))) or f'{k[0]}/{k[1]}'
              for k in bars}
     for text in set(label.values()):  # several threads of one process: number them

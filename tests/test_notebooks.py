@@ -187,6 +187,26 @@ def test_nbval_markers_are_cell_tags(path):
         'nbval-ignore-output' in setup.metadata.get('tags', []), 'the setup cell is tagged'
 
 
+MAX_CELL_LINES = 40  # a cell a student reads in one screen; plumbing goes into d2lzh
+
+
+@pytest.mark.parametrize('path', NOTEBOOKS, ids=IDS)
+def test_code_cells_fit_on_a_screen(path):
+    """No code cell is longer than MAX_CELL_LINES lines (blank lines counted), the setup cell
+    included: a longer one is split, or its plumbing moves into d2lzh."""
+    long = [(len(c.source.splitlines()), c.source.lstrip().splitlines()[0][:60])
+            for c in _code_cells(_load(path)) if len(c.source.splitlines()) > MAX_CELL_LINES]
+    assert not long, f'code cells over {MAX_CELL_LINES} lines (lines, first line): {long}'
+
+
+def test_the_package_stays_small():
+    """d2lzh is a textbook's helper package: at most 3,800 lines, no module over 400."""
+    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding='utf-8').splitlines())
+             for p in (ROOT / 'd2lzh').rglob('*.py')}
+    assert sum(sizes.values()) <= 3800, f'd2lzh has {sum(sizes.values())} lines'
+    assert not {k: v for k, v in sizes.items() if v > 400}
+
+
 def test_make_setup_cell_writes_the_tag(tmp_path):
     """scripts/make_setup_cell.py tags the setup cell nbval-ignore-output: a new one, one that
     replaces an older setup cell, and a current one that lacks only the tag (nothing else in

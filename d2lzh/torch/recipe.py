@@ -254,99 +254,134 @@ class TrainStep:
         return graph, loss
 
 
-def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
-    """Train a classifier as ``recipe`` says (beyond the book), with the arguments and timing
-    of :func:`d2lzh.torch.train` (``test_iter=None``: no evaluation), calling
-    ``train_iter.set_epoch(epoch)``, if any, before a pass. With DDP, pass the wrapped model
-    (on ``device``, in the recipe's memory format) and this process's shard: rank 0 evaluates,
-    decides when to stop (broadcast) and saves. Returns ``train``'s history (``test_acc``
-    None where not evaluated) with ``eval_times`` (s), ``amp``, ``cuda_graph``,
-    ``fused_sgd`` (what ran), ``startup_s``, ``start_epoch`` (after a checkpoint) and
-    ``reached`` (None or {'epoch', 'test_acc', 'seconds' since the call}). ValueError:
-    batches of another size than ``recipe.batch_size``, a checkpoint of another optimizer."""
-    called, device = time.perf_counter(), torch.device(device)
+def _resume(recipe, module, step, device, verbose):
+    """A new history, or the one of ``recipe.checkpoint`` if that file exists (the model,
+    optimizer and GradScaler loaded from it); ValueError for another optimizer's state."""
+    history = {'epoch_times': [], 'eval_times': [], 'test_acc': [], 'train_loss': [],
+               'examples': 0, 'amp': step.amp or 'off', 'fused_sgd': step.fused_sgd,
+               'start_epoch': 0, 'startup_s': 0.0, 'reached': None}
+    if recipe.checkpoint is None or not os.path.exists(recipe.checkpoint):
+        return history
+    state = torch.load(recipe.checkpoint, map_location=device, weights_only=True)
+    name = os.path.basename(recipe.checkpoint)
+    module.load_state_dict(state['model'])
+    try:
+        step.optimizer.load_state_dict(state['optimizer'])
+    except (KeyError, ValueError, TypeError) as err:
+        raise ValueError(f'{name} holds the state of another optimizer ({type(err).__name__}: '
+                         f'{err}): pass the recipe it was written with (fused_sgd, momentum), '
+                         'or move it away to start afresh') from err
+    if state.get('scaler'):  # fp16's GradScaler; {} when disabled
+        step.scaler.load_state_dict(state['scaler'])
+    history = {**history, **state['history'], 'start_epoch': state['epoch'] + 1}
+    if verbose:
+        print(f'resuming from {name}: epoch {history["start_epoch"]} of {recipe.epochs} done'
+              + (' and the target accuracy reached' if history['reached'] else ''))
+    return history
+
+
+def _save(recipe, epoch, module, step, history):
+    """Write the checkpoint of ``epoch``: to a temporary file, then renamed (never half a file)."""
+    torch.save({'epoch': epoch, 'model': module.state_dict(), 'history': history,
+                'optimizer': step.optimizer.state_dict(), 'scaler': step.scaler.state_dict()},
+               f'{recipe.checkpoint}.tmp')
+    os.replace(f'{recipe.checkpoint}.tmp', recipe.checkpoint)
+
+
+def _should_stop(acc, recipe, device, ddp):
+    """Whether the test accuracy ``acc`` (None: not evaluated) reached the recipe's target;
+    with DDP rank 0's answer, broadcast, so that every process stops after the same epoch."""
+    stop = torch.tensor(int(None not in (acc, recipe.target_accuracy)
+                            and acc >= recipe.target_accuracy), device=device)
+    if ddp and recipe.target_accuracy is not None:
+        torch.distributed.broadcast(stop, 0)
+    return bool(stop)
+
+
+def _evaluate(test_iter, model, step, device, history, epoch, recipe):
+    """The test accuracy after ``epoch`` (None before ``recipe.eval_from`` or without test
+    data), appended to ``history['test_acc']`` (with test data), its seconds to ``eval_times``."""
+    if test_iter is None:
+        return None
+    acc, start = None, time.perf_counter()
+    if epoch + 1 >= recipe.eval_from:
+        with step.autocast():
+            acc = evaluate_accuracy(test_iter, model, device)
+        history['eval_times'].append(time.perf_counter() - start)
+    history['test_acc'].append(acc)
+    return acc
+
+
+def _sync(device, ddp, data_iter=None, epoch=None):
+    """(Set the data's epoch,) wait for the device and every process; returns the time."""
+    if epoch is not None and hasattr(data_iter, 'set_epoch'):
+        data_iter.set_epoch(epoch)
+    synchronize(device)
+    if ddp:
+        torch.distributed.barrier()
+    return time.perf_counter()
+
+
+def _check_batch_size(train_iter, recipe):
     size = getattr(train_iter, 'batch_size', recipe.batch_size)
     if size != recipe.batch_size:
         raise ValueError(f'train_iter has batches of {size}, recipe.batch_size is '
                          f'{recipe.batch_size}: load the data with the batch size of the '
                          f'recipe, or pass dataclasses.replace(recipe, batch_size={size})')
+
+
+def _print_epoch(history, epoch, acc, examples, reached):
+    seconds = history['epoch_times'][-1]
+    print(f'epoch {epoch + 1}: loss {history["train_loss"][-1]:.3f}, test acc '
+          f'{"-" if acc is None else f"{acc:.3f}"}, {seconds:.2f} s ({examples / seconds:.0f} '
+          f'images/s)' + (f', reached {reached}' if reached else ''))
+
+
+def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
+    """Train as ``recipe`` says (beyond the book; arguments and timing of d2l.train). With DDP:
+    the wrapped model and this process's shard; rank 0 evaluates, decides when to stop, saves.
+    Returns train's history with eval_times, amp, cuda_graph, fused_sgd, startup_s, start_epoch,
+    reached (None or {'epoch', 'test_acc', 'seconds'}). ValueError: batches of another size
+    than recipe.batch_size, another optimizer's checkpoint."""
+    called, device = time.perf_counter(), torch.device(device)
+    _check_batch_size(train_iter, recipe)
     fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
     ddp = isinstance(net, DistributedDataParallel)
     module = net.module if ddp else net.to(device, memory_format=fmt)
     step, saves = TrainStep(net, recipe, device), not ddp or torch.distributed.get_rank() == 0
-    history = {'epoch_times': [], 'eval_times': [], 'test_acc': [], 'train_loss': [],
-               'examples': 0, 'amp': step.amp or 'off', 'fused_sgd': step.fused_sgd,
-               'start_epoch': 0, 'startup_s': 0.0, 'reached': None}
-    if recipe.checkpoint is not None and os.path.exists(recipe.checkpoint):
-        state, name = torch.load(recipe.checkpoint, map_location=device, weights_only=True), \
-            os.path.basename(recipe.checkpoint)
-        module.load_state_dict(state['model'])
-        try:
-            step.optimizer.load_state_dict(state['optimizer'])
-        except (KeyError, ValueError, TypeError) as err:
-            raise ValueError(f'{name} holds the state of another optimizer ({type(err).__name__}: '
-                             f'{err}): pass the recipe it was written with (fused_sgd, momentum), '
-                             'or move it away to start afresh') from err
-        if state.get('scaler'):  # fp16's GradScaler; {} when disabled
-            step.scaler.load_state_dict(state['scaler'])
-        history = {**history, **state['history'], 'start_epoch': state['epoch'] + 1}
-        if verbose:
-            print(f'resuming from {name}: epoch {history["start_epoch"]} of {recipe.epochs} done'
-                  + (' and the target accuracy reached' if history['reached'] else ''))
+    history = _resume(recipe, module, step, device, verbose)
     lrs, n = learning_rates(recipe, len(train_iter)), len(train_iter)
     first = recipe.epochs if history['reached'] else history['start_epoch']
     net.train()  # evaluate_accuracy puts it back in training mode
-
-    def sync(epoch=None):  # (set the epoch,) wait for the device and every process; the time
-        if epoch is not None and hasattr(train_iter, 'set_epoch'):
-            train_iter.set_epoch(epoch)
-        synchronize(device)
-        if ddp:
-            torch.distributed.barrier()
-        return time.perf_counter()
 
     def train_on(X, y, t):  # t: the step's place in the run, its index into lrs
         step.set_lr(lrs[min(t, len(lrs) - 1)])
         return step(X.to(device, non_blocking=True, memory_format=fmt),
                     y.to(device, non_blocking=True))
 
-    if recipe.time_startup and first < recipe.epochs:
-        start = sync(first)
+    if recipe.time_startup and first < recipe.epochs:  # the eager steps and the capture
+        start = _sync(device, ddp, train_iter, first)
         train_on(*next(iter(train_iter)), first * n)
-        history['startup_s'] = sync() - start
+        history['startup_s'] = _sync(device, ddp) - start
     for epoch in range(first, recipe.epochs):
-        start, total_loss, examples = sync(epoch), torch.zeros((), device=device), 0
+        start, total_loss, examples = _sync(device, ddp, train_iter, epoch), 0, 0
         for i, (X, y) in enumerate(train_iter):
             loss = train_on(X, y, epoch * n + i)
             if loss is not None:  # None: a smaller last batch that the graph cannot replay
-                total_loss += loss.detach() * y.shape[0]
-                examples += y.shape[0]
-        history['epoch_times'].append(sync() - start)
-        history['train_loss'].append(total_loss.item() / max(examples, 1))
-        history['examples'], acc, target = examples, None, recipe.target_accuracy
-        if test_iter is not None and epoch + 1 >= recipe.eval_from:
-            start = time.perf_counter()
-            with step.autocast():
-                acc = evaluate_accuracy(test_iter, module if ddp else step.model, device)
-            history['eval_times'].append(time.perf_counter() - start)
-        if test_iter is not None:
-            history['test_acc'].append(acc)
-        stop = torch.tensor(int(None not in (acc, target) and acc >= target), device=device)
-        if ddp and target is not None:
-            torch.distributed.broadcast(stop, 0)  # rank 0 decides: all stop after one epoch
+                total_loss, examples = total_loss + loss.detach() * len(y), examples + len(y)
+        history['epoch_times'].append(_sync(device, ddp) - start)
+        history['train_loss'].append(float(total_loss) / max(examples, 1))
+        history['examples'] = examples
+        acc = _evaluate(test_iter, module if ddp else step.model, step, device, history, epoch,
+                        recipe)
+        stop = _should_stop(acc, recipe, device, ddp)
         if stop:
             history['reached'] = {'epoch': epoch + 1, 'test_acc': acc,
                                   'seconds': time.perf_counter() - called}
         if verbose:
-            print(f'epoch {epoch + 1}: loss {history["train_loss"][-1]:.3f}, test acc '
-                  f'{"-" if acc is None else f"{acc:.3f}"}, {history["epoch_times"][-1]:.2f} s '
-                  f'({examples / history["epoch_times"][-1]:.0f} images/s)'
-                  + (f', reached {target}' if stop else ''))
-        if recipe.checkpoint is not None and saves:  # written, then renamed: never half a file
-            torch.save({'epoch': epoch, 'model': module.state_dict(), 'history': history,
-                        'optimizer': step.optimizer.state_dict(),
-                        'scaler': step.scaler.state_dict()}, f'{recipe.checkpoint}.tmp')
-            os.replace(f'{recipe.checkpoint}.tmp', recipe.checkpoint)
+            _print_epoch(history, epoch, acc, examples, stop and recipe.target_accuracy)
+        if recipe.checkpoint is not None and saves:
+            _save(recipe, epoch, module, step, history)
         if stop:
             break
     history['cuda_graph'] = step.cuda_graph
