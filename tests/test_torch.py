@@ -505,3 +505,12 @@ def test_failed_capture_goes_on_eagerly(isolated, tiny_dataset, monkeypatch):
                            verbose=False)
     assert [e[0] for e in log] == ['capture']  # tried once, never replayed
     assert h['examples'] == 12 and not h['cuda_graph']  # every batch eager, the short one too
+
+
+def test_cuda_graph_replica_needs_a_gpu():
+    """d2l.CUDAGraphReplica (notebook 05, beyond the book) says why it cannot run on a CPU."""
+    params = [torch.zeros(3, requires_grad=True)]
+    with pytest.raises(RuntimeError, match='CUDA graphs need a CUDA device; the parameters are '
+                                           'on cpu'):
+        d2l.CUDAGraphReplica(lambda X, y: (X @ params[0]).sum(), params, torch.ones(2, 3),
+                             torch.ones(2), lr=0.1, batch_size=2)
