@@ -1,6 +1,8 @@
 """docs/book-coverage.md lists every experiment and exercise of the book's 4.6 and 8.1-8.5
 with the cell of each edition that runs it; this checks the list against the notebooks: the
-named heading exists, code follows it, and that code has a stored output."""
+named heading exists, code follows it, and that code has a stored output. Its column 回答 says per
+edition whether the stored output answers each exercise in full ("已回答") or what is missing
+("部分：..."); the counts per edition are checked against ANSWERED."""
 import json
 import re
 from pathlib import Path
@@ -12,6 +14,12 @@ COVERAGE = ROOT / 'docs' / 'book-coverage.md'
 # a table cell naming a notebook's cell group: [file](../notebooks/...ipynb) › heading text
 REF = re.compile(r'\[[^\]]+\]\(\.\./(notebooks/[^)]+\.ipynb)\) › (.+)')
 EXERCISES = {'4.6': 2, '8.1': 3, '8.2': 1, '8.3': 3, '8.4': 2, '8.5': 2}
+# exercises whose stored output answers the book's question in full, per edition (13 in all);
+# 8.4 exercise 1 and 8.5 exercise 1 are answered only in part in both (see their 回答 cells)
+ANSWERED = {'mxnet': 11, 'pytorch': 11}
+# a 回答 cell: MXNet：<verdict>；PyTorch：<verdict>, a verdict being 已回答 (with an optional note
+# in brackets) or 部分：<what is missing>
+ANSWER = re.compile(r'MXNet：(?P<mxnet>已回答(?:（.+?）)?|部分：.+?)；PyTorch：(?P<pytorch>已回答(?:（.+）)?|部分：.+)')
 
 
 def _rows():
@@ -21,6 +29,26 @@ def _rows():
         if len(cells) >= 6 and re.fullmatch(r'\d\.\d', cells[0]):
             rows.append(cells)
     return rows
+
+
+def _answer_column():
+    for line in COVERAGE.read_text(encoding='utf-8').splitlines():
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        if cells[0] == '节':
+            assert '回答' in cells, 'the table has no column 回答'
+            return cells.index('回答')
+    raise AssertionError('docs/book-coverage.md has no table header')
+
+
+def _verdicts():
+    """{(section, exercise): {'mxnet': verdict, 'pytorch': verdict}} from the column 回答."""
+    column, verdicts = _answer_column(), {}
+    for row in _rows():
+        if row[1].startswith('练习'):
+            m = ANSWER.fullmatch(row[column])
+            assert m, f'{row[0]} {row[1]}: 回答 must read "MXNet：...；PyTorch：...", got {row[column]!r}'
+            verdicts[row[0], row[1]] = m.groupdict()
+    return verdicts
 
 
 def _headings(cell):
@@ -67,3 +95,27 @@ def test_listed_cells_run_code_with_a_stored_output(row):
             f'{m.group(1)} › {m.group(2)}: no code under the heading'
         assert any(c.get('outputs') for c in group), \
             f'{m.group(1)} › {m.group(2)}: no stored output under the heading'
+
+
+def test_rows_that_are_not_exercises_have_no_verdict():
+    column = _answer_column()
+    for row in _rows():
+        if not row[1].startswith('练习'):
+            assert row[column] == '—', f'{row[0]} {row[1]}: not an exercise, 回答 should be —'
+
+
+def test_every_exercise_has_a_verdict_for_both_editions():
+    verdicts = _verdicts()
+    assert len(verdicts) == sum(EXERCISES.values())
+    for (section, what), v in verdicts.items():
+        for edition, verdict in v.items():
+            assert verdict.startswith('已回答') or len(verdict) > len('部分：') + 4, \
+                f'{section} {what}, {edition}: say what is missing'
+
+
+def test_exercises_answered_in_full_per_edition():
+    answered = {'mxnet': 0, 'pytorch': 0}
+    for v in _verdicts().values():
+        for edition, verdict in v.items():
+            answered[edition] += verdict.startswith('已回答')
+    assert answered == ANSWERED
