@@ -17,11 +17,18 @@ sys.path.insert(0, str(ROOT / 'scripts'))
 import lab  # noqa: E402
 
 
+# What a make that runs these tests (make test EDITION=all) hands down to the makes they start
+_FROM_OUTER_MAKE = ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL', 'MAKEOVERRIDES', 'EDITION', 'NOTEBOOKS',
+                    'TESTS', 'NUMPY', 'VENV', 'BUILD')
+
+
 def make(*args, tmp_path, dry=True):
-    """``make -C ROOT [-n] ARGS`` with its venv and build folder in ``tmp_path``."""
+    """``make -C ROOT [-n] ARGS`` with its venv and build folder in ``tmp_path``, as typed in a
+    shell (no variable of an outer make)."""
+    env = {k: v for k, v in os.environ.items() if k not in _FROM_OUTER_MAKE}
     return subprocess.run(['make', '-C', str(ROOT), *(['-n'] if dry else []), *args,
                            'VENV=' + str(tmp_path / 'venv'), 'BUILD=' + str(tmp_path / 'build')],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
 
 
 def error_line(out):
