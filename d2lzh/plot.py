@@ -6,6 +6,7 @@ registered with matplotlib by every helper here, so that no system font is neede
 cloud runtime or a GPU machine without fonts draws Chinese, not boxes.
 """
 import importlib.util
+import json
 import os
 import warnings
 
@@ -118,6 +119,30 @@ def _internal(event, row_label):
             or row_label.startswith(('Spans', 'PyTorch Profiler')))
 
 
+def events(trace):
+    """Every timed event of ``trace`` (a parsed dict or a file's path) as ``(start us, end us,
+    pid, tid, name, cat)``, sorted by start: complete events (``ph`` 'X') and matched begin/end
+    pairs ('B'/'E' by pid, tid and name; MXNet's API calls 'b'/'e' also by id)."""
+    out, open_ = [], {}
+    for e in sorted(load_trace(trace)['traceEvents'], key=lambda e: e.get('ts', 0)):
+        key = (e.get('pid'), e.get('tid'), e.get('name'), e.get('id'))
+        if e.get('ph') == 'X' and 'dur' in e:
+            out.append((e['ts'], e['ts'] + e['dur'], *key[:3], e.get('cat')))
+        elif e.get('ph') in ('B', 'b'):
+            open_[key] = e['ts']
+        elif e.get('ph') in ('E', 'e') and key in open_:
+            out.append((open_.pop(key), e['ts'], *key[:3], e.get('cat')))
+    return sorted(out)
+
+
+def load_trace(trace):
+    """A Chrome trace: ``trace`` itself if parsed (dict), else the JSON file at that path."""
+    if isinstance(trace, dict):
+        return trace
+    with open(trace, encoding='utf-8') as f:
+        return json.load(f)
+
+
 def timeline(trace, ax=None, title=None, rows=None, legend=6):
     """Draw a profiler's Chrome trace as a timeline and return the Axes (beyond the book).
 
@@ -125,7 +150,7 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     thread or CUDA stream), its operators as bars on a time axis in milliseconds, so that what
     runs at the same time is seen side by side. ``trace``: what ``mx.profiler.dump()`` or
     ``torch.profiler``'s ``export_chrome_trace`` write (parsed, or the file's path; read by
-    :func:`d2lzh.trace.events`; it also opens in ui.perfetto.dev). ``ax``: draw there (None: a
+    :func:`events`; it also opens in ui.perfetto.dev). ``ax``: draw there (None: a
     new figure); ``rows(label) -> bool`` keeps the rows it accepts; the ``legend`` most
     frequent operations get a colour and a legend entry, named by :func:`short_name`; the
     profiler's records about itself are left out. ValueError: the trace holds no timed event.
@@ -134,9 +159,8 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
 
     import matplotlib.pyplot as plt
 
-    from .trace import _load, events
     _use_chinese_font()
-    trace, names, bars = _load(trace), {}, defaultdict(list)
+    trace, names, bars = load_trace(trace), {}, defaultdict(list)
     for e in trace['traceEvents']:
         if e.get('ph') == 'M' and e.get('name') in ('process_name', 'thread_name'):
             names[(e['pid'], None if e['name'] == 'process_name' else e.get('tid'))] = \

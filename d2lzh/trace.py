@@ -3,28 +3,14 @@
 A span is ``Span(start, end, row, name)``: microseconds on the trace's clock, the timeline row
 it belongs to (a device and thread, or a CUDA stream) and the operator's name. The traces are
 the Chrome-trace JSON files that ``mx.profiler.dump()`` and ``torch.profiler``'s
-``export_chrome_trace`` write; :func:`draw` hands spans to :func:`d2lzh.plot.timeline`.
+``export_chrome_trace`` write, read by :func:`d2lzh.plot.events`; :func:`draw` hands spans to
+:func:`d2lzh.plot.timeline`.
 """
-import json
 from collections import namedtuple
 
+from .plot import events, load_trace as _load, timeline  # one parser of Chrome traces
+
 Span = namedtuple('Span', 'start end row name')
-
-
-def events(trace):
-    """Every timed event of ``trace`` (a parsed dict or a file's path) as ``(start us, end us,
-    pid, tid, name, cat)``, sorted by start: complete events (``ph`` 'X') and matched begin/end
-    pairs ('B'/'E' by pid, tid and name; MXNet's API calls 'b'/'e' also by id)."""
-    out, open_ = [], {}
-    for e in sorted(_load(trace)['traceEvents'], key=lambda e: e.get('ts', 0)):
-        key = (e.get('pid'), e.get('tid'), e.get('name'), e.get('id'))
-        if e.get('ph') == 'X' and 'dur' in e:
-            out.append((e['ts'], e['ts'] + e['dur'], *key[:3], e.get('cat')))
-        elif e.get('ph') in ('B', 'b'):
-            open_[key] = e['ts']
-        elif e.get('ph') in ('E', 'e') and key in open_:
-            out.append((open_.pop(key), e['ts'], *key[:3], e.get('cat')))
-    return sorted(out)
 
 
 def engine_ops(trace, names=('dot', 'Copy')):
@@ -73,7 +59,6 @@ def overlap_ms(spans, key=lambda span: span.row):
 def draw(spans, title, ax=None, **kwargs):
     """:func:`d2lzh.plot.timeline` of ``spans`` (one row per ``row``; ``kwargs`` go to it),
     9 inches wide; returns the Axes. ValueError: no spans."""
-    from .plot import timeline
     rows = {s.row for s in spans}
     ax = timeline({'traceEvents': [{'ph': 'X', 'name': s.name, 'ts': s.start, 'dur': s.end - s.start,
                                     'pid': s.row, 'tid': 0} for s in spans] +
@@ -81,10 +66,3 @@ def draw(spans, title, ax=None, **kwargs):
                   ax=ax, title=title, **kwargs)
     ax.figure.set_size_inches(9, ax.figure.get_size_inches()[1])
     return ax
-
-
-def _load(trace):
-    if isinstance(trace, dict):
-        return trace
-    with open(trace, encoding='utf-8') as f:
-        return json.load(f)
