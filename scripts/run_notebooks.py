@@ -252,9 +252,9 @@ def run_all(notebooks, build, timeout):
         results, history = load_rows(build), load_history(build)
     out = rel(build / 'run')
     print('\n' + '\n'.join(summary_lines(results, history)))
-    print(f'\nThis run: {len(rows)} notebook(s) in {time.perf_counter() - start:.0f} s. '
-          f'Summary of every run kept: {out}/summary.md (chart: summary.png, page: '
-          f'summary.html); executed notebooks and pages: {out}/<edition>/')
+    print(f'\n本次运行：{len(rows)} 个笔记本，用时 {time.perf_counter() - start:.0f} 秒。保留的各次运行的汇总：'
+          f'{out}/summary.md（图：summary.png，网页：summary.html）；执行过的笔记本和网页：'
+          f'{out}/<edition>/')
     for r in rows:
         if r['status'] != 'ok':
             print(f"FAILED: {r['error']} (output: {rel(r['attempt'])}/)", file=sys.stderr)
