@@ -64,10 +64,19 @@ class Timer:
         return self.sum() / len(self.times) if self.times else 0.0
 
 
+def format_ratio(value):
+    """A ratio (e.g. a speed-up) as text: 2 decimals, up to 4 where a value other than 1
+    would otherwise read 1.00 (0.997, not 1.00, for a run 0.3 % slower)."""
+    digits = 2
+    while digits < 4 and value != 1 and f'{value:.{digits}f}' == f'{1:.{digits}f}':
+        digits += 1
+    return f'{value:.{digits}f}'
+
+
 class Speedup(namedtuple('Speedup', 'median low high repeats')):
     """A speed-up over paired repeats (beyond the book): the median of the ratios ``baseline /
     faster``, their range ``low`` .. ``high``, and ``str()``: one Chinese sentence that never
-    states a direction its spread does not support."""
+    states a direction its spread does not support, nor a size it rounds away."""
 
     @property
     def measurable(self):
@@ -75,12 +84,14 @@ class Speedup(namedtuple('Speedup', 'median low high repeats')):
         return self.low > 1 or self.high < 1
 
     def __str__(self):
-        spread = f'{self.repeats} 次重复的中位数，范围 {self.low:.2f}–{self.high:.2f}'
+        low, high, median = map(format_ratio, (self.low, self.high, self.median))
+        spread = f'{self.repeats} 次重复的中位数，范围 {low}–{high}'
         if not self.measurable:
-            return f'在这台机器上测不出差别（比值 {self.median:.2f}，{spread}，包含 1）'
+            return f'在这台机器上测不出差别（比值 {median}，{spread}，包含 1）'
+        small = '，方向一致但差别不到 1%' if 0.99 < self.low and self.high < 1.01 else ''
         if self.low > 1:
-            return f'快了 {self.median:.2f} 倍（{spread}）'
-        return f'反而慢了：只有原来的 {self.median:.2f} 倍速度（{spread}）'
+            return f'快了 {median} 倍（{spread}{small}）'
+        return f'反而慢了：只有原来的 {median} 倍速度（{spread}{small}）'
 
 
 def speedup(baseline, faster):

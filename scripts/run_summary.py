@@ -18,8 +18,12 @@ import json
 import math
 import os
 import re
+import sys
 import textwrap
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from d2lzh.timing import format_ratio  # noqa: E402
 
 TRAIN_SIZE = 60000  # Fashion-MNIST's training set (d2lzh.data.TRAIN_SIZE)
 EDITIONS = {'mxnet': ('MXNet', 'notebooks/'), 'pytorch': ('PyTorch', 'notebooks/pytorch/')}
@@ -64,12 +68,12 @@ def kind_of(key, fig):
 
 
 def format_value(value, unit='', kind=None):
-    """The one rule: ratios ``0.99×`` (2 decimals), accuracies ``0.70``, anything else 3
+    """The one rule: ratios ``0.99×`` (2 decimals; ``0.997×`` where 2 would read 1.00), accuracies ``0.70``, anything else 3
     significant digits (no exponent) and its unit; ints and text as they are."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         text = str(value)
     elif unit == 'x' or kind in ('speedup', 'ratio'):
-        return f'{value:.2f}×'
+        return f'{format_ratio(value)}×'
     elif kind == 'accuracy':
         text = f'{value:.2f}'
     elif isinstance(value, int):
