@@ -12,15 +12,18 @@ as a smoke test):
    per-GPU batch (512) as 1., the learning rate times N (FAST's linear warm-up over 20 % of the
    steps stays); images/s, test accuracy, seconds from the command's start to 0.92 with the
    workers' marks. ``ddp2_vs_best_single``/``ddp4_vs_best_single``: median images/s over 1.'s.
-3. ``strong``: the same with a global batch of 512 (512/N per GPU, FAST's learning rate).
+3. time to accuracy (``-time-to-accuracy.json``): the same with a global batch of 512 (512/N
+   per GPU, FAST's learning rate), launched by ``python -m d2lzh.torch.launch`` (its workers
+   forked from the launcher, which imported torch and read the data; ``launches`` times) and by
+   ``torchrun`` (once): seconds from the command's start to 0.92, with the workers' marks.
 4. ``allreduce``: seconds of one all-reduce of ResNet-18's gradient (float32) on N GPUs, and
    the bus bandwidth 2(N-1)/N x bytes / seconds it implies, beside the step time.
 5. ``faults`` (N >= 2): rank 1 raises (``raise``) or is killed (``kill``) before its 2nd step:
    seconds until torchrun returns (from its start, and after the first error file was
    written), its exit code, the root cause it names, and the processes left on the GPUs.
 
-Writes ``<out>/<device>-x<N>-<date>.json`` (N: the most GPUs used) and, with ``$OUT`` set, a
-copy there.
+Writes ``<out>/<device>-x<N>-<date>.json`` and ``...-time-to-accuracy.json`` (N: the most GPUs
+used) and, with ``$OUT`` set, a copy there.
 """
 import argparse
 import datetime
@@ -45,14 +48,17 @@ from d2lzh import torch as d2l  # noqa: E402
 from d2lzh.torch.book import resnet18  # noqa: E402
 
 
-def torchrun(n, flags, env=None, timeout=180):
-    """Run ``torchrun ... -m d2lzh.torch.ddp FLAGS`` on ``n`` processes; return a dict: the
-    seconds from the command's start (``wall_s``), exit code, output's tail, rank 0's result
-    with its marks as seconds from the command's start (``None`` if it wrote none)."""
+def torchrun(n, flags, env=None, timeout=180, launcher='torchrun'):
+    """Run ``torchrun ... -m d2lzh.torch.ddp FLAGS`` (``launcher='fork'``: ``python -m
+    d2lzh.torch.launch``, the same job with its workers forked) on ``n`` processes; return a
+    dict: the seconds from the command's start (``wall_s``), exit code, output's tail, rank 0's
+    result with its marks as seconds from the command's start (``None`` if it wrote none)."""
     with tempfile.TemporaryDirectory(prefix='ddp-bench-') as out:
         cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--log-dir',
-               f'{out}/logs', f'--nproc-per-node={n}', '-m', 'd2lzh.torch.ddp', *flags,
-               '--out', out]
+               f'{out}/logs', f'--nproc-per-node={n}', '-m', 'd2lzh.torch.ddp'] \
+            if launcher == 'torchrun' else \
+            [sys.executable, '-m', 'd2lzh.torch.launch', f'--nproc-per-node={n}']
+        cmd += [*flags, '--out', out]
         start = time.time()
         try:  # TMPDIR: torchrun's own folders go into `out` too
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -77,10 +83,10 @@ def torchrun(n, flags, env=None, timeout=180):
             'end_after_first_error_file_s': after_error}
 
 
-def ddp_runs(n, launches, flags):
-    runs = [torchrun(n, flags) for _ in range(launches)]
+def ddp_runs(n, launches, flags, launcher='torchrun'):
+    runs = [torchrun(n, flags, launcher=launcher) for _ in range(launches)]
     ok = [r['result'] for r in runs if r['result']]
-    return {'flags': flags, 'runs': runs, 'images_per_s': _spread([r['images_per_s'] for r in ok]),
+    return {'launcher': launcher, 'flags': flags, 'runs': runs, 'images_per_s': _spread([r['images_per_s'] for r in ok]),
             'test_acc': _spread([r['test_acc'][-1] for r in ok]),
             'to_target_from_command_s': _spread([r['marks']['reached'] for r in ok]),
             'wall_s': _spread([r['wall_s'] for r in runs])}
@@ -133,7 +139,7 @@ def main():
     best = _spread([r.get('images_per_s') for r in single])
     result['best_single'] = {'runs': single, 'images_per_s': best}
     print(f"best single GPU: {best['mean'] if best else float('nan'):.0f} images/s", flush=True)
-    result['weak'], result['strong'], result['allreduce'] = {}, {}, {}
+    result['weak'], result['allreduce'], tta = {}, {}, {}
     for n in counts:
         lr = f'{d2l.FAST.lr * n:g}'
         weak = ddp_runs(n, args.launches, base + ['--lr', lr])
@@ -146,19 +152,27 @@ def main():
         print(f"DDP on {n}: {ips['mean'] if ips else float('nan'):.0f} images/s, "
               f"{result.get(f'ddp{n}_vs_best_single', float('nan')):.2f}x the best single",
               flush=True)
+        strong = base + ['--batch-size', str(d2l.FAST.batch_size // n)]
+        tta[n] = {launcher: ddp_runs(n, args.launches if launcher == 'fork' else 1, strong,
+                                     launcher) for launcher in ('fork', 'torchrun')}
+        print(f"to 0.92 on {n}, global batch {d2l.FAST.batch_size}, from the command's start: "
+              + ', '.join(f"{k} {v['to_target_from_command_s']['mean']:.1f} s"
+                          for k, v in tta[n].items() if v['to_target_from_command_s']), flush=True)
         if n > 1:
-            result['strong'][n] = ddp_runs(
-                n, 1, base + ['--batch-size', str(d2l.FAST.batch_size // n)])
             if gpus >= n:
                 step = d2l.FAST.batch_size * n / ips['mean'] if ips else None
                 result['allreduce'][n] = allreduce(n, step)
     if max(counts) >= 2:
         result['faults'] = faults(2, args.max_examples)
-    path = write_result(result, args.out, max(counts))
-    if os.environ.get('OUT'):
+    paths = [write_result(result, args.out, max(counts)),
+             write_result({**{k: result[k] for k in ('date', 'device', 'gpus', 'torch', 'cuda',
+                                                       'nccl', 'python', 'launches')},
+                           'global_batch': d2l.FAST.batch_size, 'by_gpus': tta},
+                          args.out, max(counts), '-time-to-accuracy')]
+    for path in paths if os.environ.get('OUT') else []:
         Path(os.environ['OUT'], path.name).write_text(path.read_text())
     print(json.dumps({k: v for k, v in result.items() if k.startswith('ddp')}), flush=True)
-    print(f'written to {path.name}', flush=True)
+    print(f'written to {", ".join(p.name for p in paths)}', flush=True)
 
 
 if __name__ == '__main__':

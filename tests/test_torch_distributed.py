@@ -329,3 +329,20 @@ def test_worker_trains_the_fast_paths_model_without_conv_biases():
     """--no-conv-bias: the DDP worker's ResNet-18 is the fastest single-GPU configuration's."""
     recipe, job = ddp._parse(['--fast', '--no-conv-bias'])
     assert recipe == d2l.FAST and job.conv_bias is False and ddp.Job().conv_bias is True
+
+
+def test_forking_launcher_trains_and_names_a_failing_rank(debian_dir, tmp_path):
+    """python -m d2lzh.torch.launch: torchrun's agent in the launching process, its workers
+    forked (they inherit torch and the data); the same job and the same failure report."""
+    cmd = [sys.executable, '-m', 'd2lzh.torch.launch', '--nproc-per-node=2', *CONFIG,
+           '--out', str(tmp_path / 'out')]
+    codes, outs, _ = _run([cmd], tmp_path)
+    assert codes == [0], outs
+    assert 'world size 2 (gloo, cpu, amp off)' in outs[0] and 'replicas identical: True' in outs[0]
+    marks = json.loads((tmp_path / 'out' / 'result.json').read_text())['marks']
+    assert marks['imported'] < marks['process_group'] < marks['data'] < marks['train_start']
+    codes, outs, _ = _run([cmd], tmp_path, {'D2LZH_FAULT': 'raise:1:0'})
+    assert codes == [1], outs
+    assert 'DDP worker rank 1 of 2 failed with exit code 1: RuntimeError: worker rank 1 failed ' \
+        'on purpose before minibatch 0 (D2LZH_FAULT=raise:1:0)' in outs[0]
+    assert "Rank 1's Traceback (most recent call last)" in outs[0]

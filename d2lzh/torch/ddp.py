@@ -26,7 +26,7 @@ from .recipe import FAST, Recipe, capture_stream, check_settings, setting, train
 
 _IMPORTED = time.time()  # torch and d2lzh imported: the first of a worker's marks
 
-__all__ = ['Job', 'ddp_worker', 'main', 'init_process_group']
+__all__ = ['Job', 'ddp_worker', 'main', 'init_process_group', 'dataset']
 
 @dataclasses.dataclass(frozen=True)
 class Job:
@@ -98,6 +98,16 @@ def init_process_group(backend, timeout):
 
 
 _job_store = None  # this attempt's keys in torchrun's store, once the job is joined
+_DATASETS = {}  # max_examples -> Fashion-MNIST's arrays, loaded once per process
+
+
+def dataset(max_examples=None):
+    """:func:`d2lzh.data.load_fashion_mnist` (``max_examples``), loaded once per process and
+    kept: workers forked after it was loaded (``python -m d2lzh.torch.launch``) share it."""
+    if max_examples not in _DATASETS:
+        _DATASETS[max_examples] = _data.load_fashion_mnist(max_examples=max_examples,
+                                                           progress=False)
+    return _DATASETS[max_examples]
 
 
 def _after_a_peer(err):
@@ -128,14 +138,14 @@ def _train(recipe, job):
     restarts = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', '0'))
     try:
         torch.manual_seed(job.seed)  # the same initial weights on every rank
-        train_x, train_y, test_x, test_y = _data.load_fashion_mnist(
-            max_examples=job.max_examples, progress=False)
+        train_x, train_y, test_x, test_y = dataset(job.max_examples)
         train_iter = ShardIter(train_x, train_y, recipe.batch_size, rank, world_size, job.seed,
                                device)
         if restarts == 0:  # the test seam: D2LZH_FAULT fails one rank on the first attempt
             train_iter = _jobs.inject_faults(train_iter, rank)
         test_iter = FashionMNISTIter(test_x, test_y, 512, False, device=device) \
             if rank == 0 else None
+        marks['data'] = time.time()  # this rank's shard (and rank 0's test set) on its device
         fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
         net = resnet18(10, conv_bias=job.conv_bias) if job.model == 'resnet18' else lenet()
         net = net.to(device, memory_format=fmt)
@@ -182,7 +192,8 @@ def ddp_worker(recipe=None, job=None):
     ``$D2LZH_FAULT`` fails one on the first attempt. Returns, on rank 0, :func:`train_fast`'s
     history (``examples``, ``images_per_s``: of all processes) with ``world_size``,
     ``backend``, ``device``, ``restart_count``, ``params_digest`` (one SHA-1 per rank) and
-    ``marks`` (``time.time()`` when torch was imported, the group joined, training started/ended);
+    ``marks`` (``time.time()`` when torch was imported, the group joined, the data was on the
+    device, training started/ended);
     None on other ranks. RuntimeError: not under torchrun. Anything that fails once the job
     is joined ends the process (exit 1), its traceback in torchrun's error file and on stderr."""
     try:
@@ -204,9 +215,10 @@ def ddp_worker(recipe=None, job=None):
         os._exit(1)
 
 
-def _parse(argv=None):
-    """The command line -> [Recipe, Job], a flag per field; argparse's exit on an error."""
-    parser = argparse.ArgumentParser(
+def _parse(argv=None, parser=None):
+    """The command line -> [Recipe, Job], a flag per field (added to ``parser`` if given);
+    argparse's exit on an error."""
+    parser = parser or argparse.ArgumentParser(
         prog='torchrun ... -m d2lzh.torch.ddp', description='Train ResNet-18 or LeNet on '
         'Fashion-MNIST with DistributedDataParallel: one process of a torchrun job.')
     parser.add_argument('--fast', action='store_true', help='start from d2l.FAST (the recipe '
@@ -235,19 +247,24 @@ def _parse(argv=None):
         parser.error(str(err))
 
 
+def summary(r, recipe):
+    """One line on rank 0's result ``r`` (:func:`ddp_worker`'s) of a job trained as ``recipe``."""
+    acc = f', test acc {r["test_acc"][-1]:.3f}' if r['test_acc'] else ''
+    if recipe.target_accuracy is not None:
+        acc += f' (target {recipe.target_accuracy} ' + (
+            f'reached after epoch {r["reached"]["epoch"]}, {r["reached"]["seconds"]:.1f} s '
+            'into training)' if r['reached'] else 'not reached)')
+    return (f'world size {r["world_size"]} ({r["backend"]}, {r["device"]}, amp {r["amp"]}): '
+            f'{r["images_per_s"]:.0f} images/s in the best epoch{acc}; replicas identical: '
+            f'{len(set(r["params_digest"])) == 1}')
+
+
 def main(argv=None):
     """Under torchrun: :func:`ddp_worker` with the flags' settings; rank 0 prints a summary."""
     recipe, job = _parse(argv)
     r = ddp_worker(recipe, job)
     if r is not None:
-        acc = f', test acc {r["test_acc"][-1]:.3f}' if r['test_acc'] else ''
-        if recipe.target_accuracy is not None:
-            acc += f' (target {recipe.target_accuracy} ' + (
-                f'reached after epoch {r["reached"]["epoch"]}, {r["reached"]["seconds"]:.1f} s '
-                'into training)' if r['reached'] else 'not reached)')
-        print(f'world size {r["world_size"]} ({r["backend"]}, {r["device"]}, amp {r["amp"]}): '
-              f'{r["images_per_s"]:.0f} images/s in the best epoch{acc}; replicas identical: '
-              f'{len(set(r["params_digest"])) == 1}')
+        print(summary(r, recipe))
 
 
 if __name__ == '__main__':

@@ -1,12 +1,16 @@
 """DistributedDataParallel from a notebook (beyond the book): :func:`run_ddp` runs
 :func:`d2lzh.torch.ddp.ddp_worker`, and :func:`measure_allreduce` times all-reduces, in N
-processes of this machine, through torchrun's Python API (``elastic_launch``)."""
+processes of this machine, through torchrun's Python API (``elastic_launch``). From a shell,
+``python -m d2lzh.torch.launch --nproc-per-node 2 [flags of d2lzh.torch.ddp]`` (:func:`main`)
+is ``torchrun --standalone --nproc-per-node=2 -m d2lzh.torch.ddp [flags]`` started sooner."""
+import argparse
 import dataclasses
 import logging
 import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import uuid
@@ -19,10 +23,10 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ..checks import check_positive_int
 from .book import gpu_name, num_gpus, synchronize
-from .ddp import Job, ddp_worker, init_process_group
+from .ddp import Job, _parse, dataset, ddp_worker, init_process_group, summary
 from .recipe import Recipe
 
-__all__ = ['run_ddp', 'measure_allreduce']
+__all__ = ['run_ddp', 'measure_allreduce', 'main']
 
 
 def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job):
@@ -58,8 +62,9 @@ def _backend(backend, world_size):
     return backend
 
 
-def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0):
-    """{rank: ``entrypoint(*args)``} from ``world_size`` processes, as :func:`run_ddp` says."""
+def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0, start='spawn'):
+    """{rank: ``entrypoint(*args)``} from ``world_size`` processes, as :func:`run_ddp` says,
+    started by multiprocessing's ``start`` method (fork: only while CUDA is not initialised)."""
     log_dir = tempfile.mkdtemp(prefix='d2lzh-ddp-')
     before = set(_leftovers())
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -68,7 +73,7 @@ def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0):
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=uuid.uuid4().hex,
         rdzv_backend='c10d', rdzv_endpoint='127.0.0.1:0', max_restarts=max_restarts,
-        rdzv_configs={'join_timeout': join_timeout}, monitor_interval=0.1, start_method='spawn',
+        rdzv_configs={'join_timeout': join_timeout}, monitor_interval=0.1, start_method=start,
         logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ERR))
     try:
         return elastic_launch(config, entrypoint)(*args)
@@ -156,3 +161,33 @@ def measure_allreduce(world_size, sizes, repeats=5, backend=None):
         check_positive_int(name, value)
     backend = _backend(backend, world_size)
     return _launch(world_size, _allreduce_worker, (list(sizes), repeats, backend))[0]
+
+
+def main(argv=None):
+    """``python -m d2lzh.torch.launch --nproc-per-node N [flags]``: the job of ``torchrun
+    --standalone --nproc-per-node=N -m d2lzh.torch.ddp [flags]`` (``--help``), started sooner
+    (beyond the book). torchrun's agent runs in this process (``elastic_launch``) and forks
+    the N workers, which inherit its imported torch and the data loaded once here instead of
+    each starting Python, importing torch and reading the data again; CUDA is first touched
+    in the workers (GPUs counted through NVML), as a forked process needs. Prints rank 0's
+    summary; exit code 1 with the failing rank's traceback when a worker fails."""
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument('--nproc-per-node', type=int, default=1, help='processes: one per GPU '
+                       'with NCCL (default: 1)')
+    n = first.parse_known_args(argv)[0].nproc_per_node
+    recipe, job = _parse(argv, argparse.ArgumentParser(
+        prog='python -m d2lzh.torch.launch', parents=[first], description='The job of torchrun '
+        '--standalone -m d2lzh.torch.ddp, its workers forked from this process.'))
+    os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1'  # count GPUs, leaving CUDA to the workers
+    try:
+        check_positive_int('--nproc-per-node', n)
+        job = dataclasses.replace(job, backend=_backend(job.backend, n))
+        dataset(job.max_examples)  # read once, before the workers are forked
+        result = _launch(n, ddp_worker, (recipe, job), start='fork')[0]
+    except (ValueError, RuntimeError) as err:
+        sys.exit(f'python -m d2lzh.torch.launch: {err}')
+    print(summary(result, recipe))
+
+
+if __name__ == '__main__':
+    main()
