@@ -119,3 +119,34 @@ def test_exercises_answered_in_full_per_edition():
         for edition, verdict in v.items():
             answered[edition] += verdict.startswith('已回答')
     assert answered == ANSWERED
+
+
+def test_quoted_four_gpu_figures_match_their_source():
+    """MXNet 06 quotes the PyTorch edition's 1/2/4-GPU bench (it cannot run on those GPUs):
+    the figures in its Markdown are those of the JSON it names."""
+    import nbformat
+    run = json.loads((ROOT / 'bench/results/NVIDIA-H200-x4-2026-11-27.json').read_text())
+    text = ''.join(c.source for c in nbformat.read(
+        ROOT / 'notebooks/06_multiple-gpus-gluon.ipynb', 4).cells if c.cell_type == 'markdown')
+    weak = [run['weak'][k] for k in ('1', '2', '4')]
+    assert '、'.join(f"{w['images_per_s']['mean']:,.0f}" for w in weak) in text
+    assert f"每秒 {run['best_single']['images_per_s']['mean']:,.0f} 张" in text
+    assert '、'.join(f"{run[f'ddp{k}_vs_best_single']:.2f}" for k in (1, 2, 4)) in text
+    assert '、'.join(f"{w['test_acc']['mean']:.3f}" for w in weak) in text
+
+
+def test_quoted_two_gpu_batch_figures_match_the_pytorch_output():
+    """MXNet 05 (no GPU) quotes PyTorch 05's two-GPU timing of 8.4 exercise 1: the speed-ups
+    it names are those printed in PyTorch 05's stored output."""
+    import nbformat
+    def text(path, kind):
+        cells = nbformat.read(ROOT / path, 4).cells
+        if kind == 'markdown':
+            return ''.join(c.source for c in cells if c.cell_type == 'markdown')
+        return ''.join(o.get('text', '') for c in cells if c.cell_type == 'code'
+                       for o in c.get('outputs', []))
+    quoted = re.search(r'批量翻倍后训练同样多的图像快了 (\S+) 倍（范围 (\S+)）.*?只有 (\S+) 倍的速度（范围 (\S+)）',
+                       text('notebooks/05_multiple-gpus.ipynb', 'markdown'))
+    printed = text('notebooks/pytorch/05_multiple-gpus.ipynb', 'code')
+    assert quoted and f'训练同样多的图像快了 {quoted[1]} 倍（10 次重复的中位数，范围 {quoted[2]}）' in printed
+    assert f'只有原来的 {quoted[3]} 倍速度（10 次重复的中位数，范围 {quoted[4]}）' in printed
