@@ -16,7 +16,7 @@ REF = re.compile(r'\[[^\]]+\]\(\.\./(notebooks/[^)]+\.ipynb)\) › (.+)')
 EXERCISES = {'4.6': 2, '8.1': 3, '8.2': 1, '8.3': 3, '8.4': 2, '8.5': 2}
 # exercises whose stored output answers the book's question in full, per edition (13 in all);
 # 8.4 exercise 1 and 8.5 exercise 1 are answered only in part in both (see their 回答 cells)
-ANSWERED = {'mxnet': 11, 'pytorch': 11}
+ANSWERED = {'mxnet': 13, 'pytorch': 13}
 # a 回答 cell: MXNet：<verdict>；PyTorch：<verdict>, a verdict being 已回答 (with an optional note
 # in brackets) or 部分：<what is missing>
 ANSWER = re.compile(r'MXNet：(?P<mxnet>已回答(?:（.+?）)?|部分：.+?)；PyTorch：(?P<pytorch>已回答(?:（.+）)?|部分：.+)')
