@@ -7,7 +7,7 @@ as a smoke test):
     python bench/bench_ddp_scaling.py [--gpus 1,2,4] [--launches 3] [--out bench/results]
 
 1. ``best_single``: the fastest single-GPU configuration, ``d2l.train_fast(d2l.resnet18(10,
-   conv_bias=False), ..., d2l.FAST)`` in fresh processes (``bench/tta_child.py``), images/s.
+   conv_bias=False), ..., d2l.FAST)`` in fresh processes (``d2l.cold_start``), images/s.
 2. ``weak``: ``torchrun -m d2lzh.torch.ddp --fast --no-conv-bias`` on N GPUs, the same model and
    per-GPU batch (512) as 1., the learning rate times N (FAST's linear warm-up over 20 % of the
    steps stays); images/s, test accuracy, seconds from the command's start to 0.92 with the

@@ -22,7 +22,7 @@ versions, the date and every figure, and prints a summary table.
     python bench/bench_torch.py time_to_accuracy [--configs a,b] [--repeats 3]
 
 measures time to accuracy instead: for each configuration (``TTA_CONFIGS``), a
-fresh process (``bench/tta_child.py``) per repeat, wall time from its start to
+fresh process (``d2l.cold_start``, the program notebook 07 runs too) per repeat, wall time from its start to
 the first test accuracy >= 0.92 on the full 10,000-image test set, itemized,
 and writes ``<out>/<device>-x1-<date>-time-to-accuracy.json``.
 """
@@ -47,23 +47,8 @@ import torch  # noqa: E402
 
 from d2lzh import torch as d2l  # noqa: E402
 
-STEPS = [  # name, what is added, options (the loader's, cuDNN's, d2l.Recipe's)
-    ('book', 'book-style loop: host batches, fp32', {}),
-    ('pinned', '+ pinned memory, non_blocking copies', {'pin_memory': True}),
-    ('gpu_data', '+ whole data set resident on the GPU', {'gpu_data': True}),
-    ('cudnn_benchmark', '+ cudnn.benchmark', {'gpu_data': True, 'cudnn_benchmark': True}),
-    ('bf16', '+ bf16 autocast', {'gpu_data': True, 'cudnn_benchmark': True, 'amp': True}),
-    ('channels_last', '+ channels_last', {'gpu_data': True, 'cudnn_benchmark': True,
-                                          'amp': True, 'channels_last': True}),
-    ('compile', '+ torch.compile', {'gpu_data': True, 'cudnn_benchmark': True, 'amp': True,
-                                    'channels_last': True, 'compile': True}),
-    ('cuda_graph', '+ whole step as a CUDA graph (instead of torch.compile)',
-     {'gpu_data': True, 'cudnn_benchmark': True, 'amp': True, 'channels_last': True,
-      'cuda_graph': True}),
-    ('graph_compile', '+ torch.compile inside the CUDA graph',
-     {'gpu_data': True, 'cudnn_benchmark': True, 'amp': True, 'channels_last': True,
-      'cuda_graph': True, 'compile': True}),
-]
+# notebook 07's ladder (d2l.LADDER): (name, configuration); 'book' runs on the CPU too
+STEPS = [(name, d2l.ladder_configs()[key]) for key, name, _, _, _ in d2l.LADDER]
 # d2l.Recipe fields of the accuracy run and the DDP runs (speed does not depend on them).
 RECIPE = {'momentum': 0.9, 'weight_decay': 5e-4, 'lr_schedule': 'cosine'}
 # nn.DataParallel is slow enough to dominate the run: time it on a subset.
@@ -80,27 +65,26 @@ def write_result(result, out_dir, n_gpu, suffix=''):
     return path
 
 
-def run_step(options, epochs, batch_size, lr, max_examples, device, **recipe):
-    """Train a fresh ResNet-18 with ``options`` and the d2l.Recipe fields ``recipe``: with
-    none of d2l.Recipe's techniques, d2l.train (the book's loop), else d2l.train_fast;
-    return the history."""
+def run_step(config, epochs, batch_size, lr, max_examples, device, **recipe):
+    """Train a fresh ResNet-18 as the ladder's ``config`` says (and the d2l.Recipe fields
+    ``recipe``), as notebook 07 does: with none of d2l.Recipe's techniques, d2l.train (the
+    book's loop), else d2l.train_fast; return the history."""
     torch.manual_seed(0)
-    torch.backends.cudnn.benchmark = bool(options.get('cudnn_benchmark'))
+    torch.backends.cudnn.benchmark = config['cudnn_benchmark']
     on_gpu = device.type == 'cuda'
     train_iter, test_iter = d2l.load_data_fashion_mnist(
         batch_size, max_examples=max_examples,
-        device=device if options.get('gpu_data') and on_gpu else None,
-        pin_memory=bool(options.get('pin_memory')) and on_gpu)
-    if options.get('compile'):
+        device=device if config['data'] == 'gpu' and on_gpu else None,
+        pin_memory=config['data'] == 'pinned' and on_gpu)
+    if config['compile']:
         torch._dynamo.reset()
-    fields = {'amp': 'auto' if options.get('amp') else 'off',
-              **{k: bool(options.get(k)) for k in ('channels_last', 'compile', 'cuda_graph')}}
-    if not recipe and not any(options.get(k) for k in fields):
+    techniques = ('amp', 'channels_last', 'compile', 'cuda_graph')
+    if not recipe and not any(config[k] for k in techniques):
         return d2l.train(d2l.resnet18(10), train_iter, test_iter, epochs, lr, device,
                          verbose=False)
-    return d2l.train_fast(d2l.resnet18(10), train_iter, test_iter, device,
-                          d2l.Recipe(batch_size=batch_size, epochs=epochs, lr=lr, **fields,
-                                     **recipe), verbose=False)
+    return d2l.train_fast(d2l.resnet18(10), train_iter, test_iter, device, d2l.Recipe(
+        batch_size=batch_size, epochs=epochs, lr=lr, amp='auto' if config['amp'] else 'off',
+        **{k: config[k] for k in techniques[1:]}, **recipe), verbose=False)
 
 
 def copy_times(nbytes, repeats=3):
@@ -132,16 +116,18 @@ def copy_times(nbytes, repeats=3):
 _OLD = {'batch_size': 256, 'epochs': 4, 'lr': 0.1, 'momentum': 0.9, 'weight_decay': 5e-4,
         'lr_schedule': 'cosine'}
 TTA_CONFIGS = {
-    'book_fp32': {'cudnn_benchmark': False, 'gpu_data': False,
+    'book_fp32': {'cudnn_benchmark': False, 'gpu_data': False, 'conv_bias': True,
                   'recipe': {**_OLD, 'amp': 'off', 'channels_last': False}},
-    'bf16_cl_eager': {'cudnn_benchmark': True, 'recipe': _OLD},
-    'cuda_graph': {'cudnn_benchmark': True, 'recipe': {**_OLD, 'cuda_graph': True}},
-    'graph_compile': {'cudnn_benchmark': True,
+    'bf16_cl_eager': {'cudnn_benchmark': True, 'conv_bias': True, 'recipe': _OLD},
+    'cuda_graph': {'cudnn_benchmark': True, 'conv_bias': True,
+                   'recipe': {**_OLD, 'cuda_graph': True}},
+    'graph_compile': {'cudnn_benchmark': True, 'conv_bias': True,
                       'recipe': {**_OLD, 'cuda_graph': True, 'compile': True}},
-    'recipe': {'cudnn_benchmark': False, 'recipe': dataclasses.asdict(d2l.FAST)},
+    'recipe': {'cudnn_benchmark': False, 'conv_bias': True,
+               'recipe': dataclasses.asdict(d2l.FAST)},
 }
-SETTINGS = ('cudnn_benchmark', 'gpu_data', 'overlap_init', 'eval_batch_size', 'import_dynamo',
-            'conv_bias', 'compile_cache')
+# the settings of d2l.cold_start's config, and this bench's (compile_cache)
+SETTINGS = ('cudnn_benchmark', 'gpu_data', 'conv_bias', 'target', 'compile_cache')
 
 
 def _variant(name, **changes):
@@ -174,7 +160,6 @@ _variant('cosine_per_epoch', lr_schedule='cosine', lr_warmup=0.0)
 _variant('eager', cuda_graph=False)
 _variant('fp32', amp='off')
 _variant('no_channels_last', channels_last=False)
-_variant('torch_optim', import_dynamo=True)  # what torch.optim's first use costs
 _variant('bs256', batch_size=256, lr=_LR / 2)
 _variant('bs1024', batch_size=1024, lr=_LR * 2)
 _variant('lr_half', lr=_LR / 2)
@@ -182,7 +167,8 @@ _variant('lr_double', lr=_LR * 2)
 _variant('epochs_minus_1', epochs=_E - 1)
 _variant('epochs_plus_1', epochs=_E + 1)
 _variant('weight_decay_1e-4', weight_decay=1e-4)
-_variant('no_conv_bias', conv_bias=False)  # d2l.resnet18(10, conv_bias=False)
+# d2l.resnet18(10, conv_bias=False): what README recommends, d2l.cold_start's default
+_variant('no_conv_bias', conv_bias=False)
 # torch.compile with a warm compile cache: one unmeasured process fills it first
 _variant('compile_warm_cache', compile=True, compile_cache=True)
 # Steady throughput (no target): the recipe's CUDA graph with torch.compile inside.
@@ -201,21 +187,29 @@ def _spread(values):
 
 
 def run_tta_process(cfg, timeout, cache=None):
-    """Run one fresh process of bench/tta_child.py; return its result dict. Its compile
-    caches are in the folder ``cache`` (None: an empty one, a cold compile)."""
+    """One fresh process of ``d2l.cold_start`` (``cfg``: its config); returns its result with
+    ``items`` (seconds of each stage, ``other``: the rest: model, optimizer) and the history's
+    ``test_acc``, ``images_per_s``, ``epoch_times``, or ``{'error': ...}``. Its compile caches
+    are in the folder ``cache`` (None: an empty one, a cold compile)."""
     with tempfile.TemporaryDirectory(prefix='tta-') as tmp:
         cache = cache or tmp
-        env = dict(os.environ, PYTHONUNBUFFERED='1',
-                   TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, 'inductor'),
-                   TRITON_CACHE_DIR=os.path.join(cache, 'triton'))
-        env['TTA_T0'] = repr(time.time())
-        proc = subprocess.run([sys.executable, str(ROOT / 'bench' / 'tta_child.py'),
-                               json.dumps(cfg)], env=env, capture_output=True, text=True,
-                              timeout=timeout)
-    for line in proc.stdout.splitlines():
-        if line.startswith('TTA_RESULT '):
-            return json.loads(line[len('TTA_RESULT '):])
-    return {'error': f'exit code {proc.returncode}: {proc.stderr.strip()[-2000:]}'}
+        env = {'PYTHONUNBUFFERED': '1', 'TORCHINDUCTOR_CACHE_DIR': os.path.join(cache, 'inductor'),
+               'TRITON_CACHE_DIR': os.path.join(cache, 'triton')}
+        try:
+            r = d2l.cold_start(cfg, timeout, env)
+        except RuntimeError as err:
+            return {'error': str(err)[-2000:]}
+    m, h = r['marks'], r['history']
+    items = {'python_start': m['python'], 'import_torch': m['import torch'] - m['python'],
+             'import_d2lzh': m['import d2lzh'] - m['import torch'],
+             'cuda_init': m['cuda'] - m['import d2lzh'], 'data': m['data'] - m['cuda'],
+             'startup': h['startup_s'], 'epochs': sum(h['epoch_times']),
+             'evals': sum(h['eval_times'])}
+    items['other'] = m['end'] - sum(items.values())
+    return {'marks': m, 'reached_s': r['reached_s'], 'total_s': m['end'], 'items': items,
+            'test_acc': h['test_acc'], 'epochs_run': len(h['epoch_times']),
+            'epoch_times': h['epoch_times'], 'images_per_s': h['images_per_s'],
+            'amp_dtype': h['amp']}
 
 
 def time_to_accuracy(argv):
@@ -315,11 +309,11 @@ def main():
           flush=True)
     skip = set(filter(None, args.skip.split(',')))
     result['skipped_steps'] = sorted(skip)
-    for name, label, options in STEPS:
-        if (options and device.type != 'cuda') or name in skip:
+    for name, config in STEPS:
+        if (name != 'book' and device.type != 'cuda') or name in skip:
             continue
-        h = run_step(options, args.epochs, args.batch_size, args.lr, max_examples, device)
-        step = {'name': name, 'label': label, 'images_per_s': h['images_per_s'],
+        h = run_step(config, args.epochs, args.batch_size, args.lr, max_examples, device)
+        step = {'name': name, 'config': config, 'images_per_s': h['images_per_s'],
                 'epoch_times_s': h['epoch_times'], 'test_acc': h['test_acc'][-1]}
         result['steps'].append(step)
         print(f"{name:16s} {h['images_per_s']:9.0f} images/s  epochs {h['epoch_times']}",
@@ -327,8 +321,8 @@ def main():
     book = result['steps'][0]['images_per_s']
     best = max(result['steps'], key=lambda s: s['images_per_s'])
     result['speedup_vs_book'] = best['images_per_s'] / book
-    best_options = next(o for n, _, o in STEPS if n == best['name'])
-    h = run_step(best_options, args.accuracy_epochs, args.batch_size, args.lr, max_examples,
+    best_config = dict(STEPS)[best['name']]
+    h = run_step(best_config, args.accuracy_epochs, args.batch_size, args.lr, max_examples,
                  device, **RECIPE)
     result['accuracy_run'] = {'config': best['name'], 'recipe': RECIPE,
                               'epochs': args.accuracy_epochs,

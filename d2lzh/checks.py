@@ -37,3 +37,24 @@ def check_examples_seen(n):
     """Raise ValueError when an evaluation saw no example (``n == 0``)."""
     if n == 0:
         raise ValueError('evaluate_accuracy: data_iter yielded no examples')
+
+
+def check(obj, rules):
+    """Raise ValueError ``name=value is not valid: use need`` for the first of ``rules``
+    ((field name, ok, need), in order) of the dataclass ``obj`` that is not ok."""
+    for name, ok, need in rules:
+        if not ok:
+            raise ValueError(f'{name}={getattr(obj, name)!r} is not valid: use {need}')
+
+
+def whole(value, low):
+    """Whether ``value`` is an int (not a bool) >= ``low``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= low
+
+
+def real(value, low, high, closed='[)'):
+    """Whether ``value`` is a number (not a bool) in the interval ``low``..``high``, its ends
+    closed ('[', ']') or open ('(', ')') as ``closed`` says."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and \
+        (low <= value if closed[0] == '[' else low < value) and \
+        (value <= high if closed[1] == ']' else value < high)

@@ -250,7 +250,7 @@ def test_train_is_one_screen():
 @pytest.mark.parametrize('kwargs, match', [
     ({'label_smoothing': 1.0}, r'label_smoothing=1.0 is not valid: use a value in \[0, 1\)'),
     ({'lr_warmup': 1.0, 'lr_schedule': 'linear'}, 'lr_warmup=1.0'),
-    ({'eval_from': 5}, 'eval_from=5: use an epoch from 1 to epochs=4'),
+    ({'eval_from': 5}, 'eval_from=5 is not valid: use an epoch from 1 to epochs=4'),
     ({'eval_from': 0}, 'eval_from=0'),
     ({'target_accuracy': 1.5}, 'target_accuracy=1.5'),
     ({'lr_schedule': 'step'}, "lr_schedule='step' is not valid"),
@@ -514,3 +514,27 @@ def test_cuda_graph_replica_needs_a_gpu():
                                            'on cpu'):
         d2l.CUDAGraphReplica(lambda X, y: (X @ params[0]).sum(), params, torch.ones(2, 3),
                              torch.ones(2), lr=0.1, batch_size=2)
+
+
+def test_ladder_steps_change_one_thing_each():
+    configs = d2l.ladder_configs()
+    assert configs['a'] == {'data': 'host', 'cudnn_benchmark': False, 'amp': False,
+                            'channels_last': False, 'compile': False, 'cuda_graph': False}
+    for key, _, _, parent, change in d2l.LADDER[1:]:
+        assert {k: v for k, v in configs[key].items() if configs[parent][k] != v} == change
+
+
+def test_cold_start_runs_the_users_lines_in_a_fresh_process():
+    """d2l.cold_start: a process started by path (torch not imported before its first mark),
+    the stages in order, train_fast's history, the seconds to the target from the start."""
+    r = d2l.cold_start({'recipe': {'batch_size': 32, 'epochs': 1, 'lr': 0.05, 'amp': 'off',
+                                   'channels_last': False}, 'max_examples': 64, 'target': 0.0},
+                       timeout=300, env={'OMP_NUM_THREADS': '1'})
+    m = list(r['marks'].values())
+    assert list(r['marks']) == ['python', 'import torch', 'import d2lzh', 'cuda', 'data', 'train',
+                                'end'] and m == sorted(m)
+    assert r['marks']['import torch'] - r['marks']['python'] > 0.2  # torch came after the mark
+    assert r['history']['examples'] == 64 and len(r['history']['test_acc']) == 1
+    assert r['marks']['train'] < r['reached_s'] <= r['marks']['end']  # target 0: first evaluation
+    with pytest.raises(RuntimeError, match='exit code 1'):
+        d2l.cold_start({'recipe': {'epochs': 0}}, timeout=120)

@@ -1,8 +1,8 @@
 """The PyTorch edition, ``from d2lzh import torch as d2l``: the names of :mod:`d2lzh.mxnet`
 with PyTorch semantics, from ``book``, ``data`` (iterators), ``train`` (the book's loop),
-``recipe`` (the fast path), ``ddp`` (the torchrun worker) and ``launch`` (``run_ddp``,
-``measure_allreduce``); the last two are imported at the first use of their names, so that
-``python -m d2lzh.torch.ddp`` runs cleanly."""
+``recipe`` (the fast path), ``measure`` (notebook 07's ladder, ``cold_start``), ``ddp`` (the
+torchrun worker) and ``launch`` (``run_ddp``, ``measure_allreduce``); the last two are
+imported at the first use of their names, so that ``python -m d2lzh.torch.ddp`` runs cleanly."""
 import torch  # noqa: F401  (part of this module's API: d2l.torch)
 import torch.nn.functional as F  # noqa: F401
 from torch import nn  # noqa: F401
@@ -15,6 +15,7 @@ from .book import *  # noqa: F401,F403
 from .book import __all__ as _book
 from .data import (FashionMNISTIter, ShardIter,  # noqa: F401
                    load_data_fashion_mnist)
+from .measure import LADDER, cold_start, ladder_configs  # noqa: F401
 from .recipe import FAST, Recipe, TrainStep, train_fast  # noqa: F401
 from .train import train, train_data_parallel  # noqa: F401
 
@@ -23,5 +24,6 @@ _LAZY = {'ddp_worker': 'd2lzh.torch.ddp', 'Job': 'd2lzh.torch.ddp',
 __all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'record', 'output_dir',
            'load_reference', 'bar_chart', 'set_figsize', 'timeline', *_book, 'FashionMNISTIter',
            'ShardIter', 'load_data_fashion_mnist', 'choose_max_examples', 'train',
-           'train_data_parallel', 'Recipe', 'FAST', 'TrainStep', 'train_fast', *_LAZY]
+           'train_data_parallel', 'Recipe', 'FAST', 'TrainStep', 'train_fast', 'LADDER',
+           'ladder_configs', 'cold_start', *_LAZY]
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import socket
 import sys
@@ -22,7 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 from .. import data as _data, jobs as _jobs
 from .book import gpu_name, lenet, num_gpus, resnet18
 from .data import FashionMNISTIter, ShardIter
-from .recipe import FAST, Recipe, capture_stream, check_settings, setting, train_fast
+from ..checks import check, real, whole
+from .recipe import FAST, Recipe, capture_stream, doc, train_fast
 
 _IMPORTED = time.time()  # torch and d2lzh imported: the first of a worker's marks
 
@@ -32,24 +34,30 @@ __all__ = ['Job', 'ddp_worker', 'main', 'init_process_group', 'dataset']
 class Job:
     """What a worker trains and how it takes part in the job (:class:`Recipe`: how it
     trains). Raises ValueError for a field of the wrong type or value."""
-    model: str = setting('resnet18', "lenet: the book's 8.4 LeNet", ('resnet18', 'lenet'))
-    conv_bias: bool = setting(True, "ResNet-18's convolutions before a batch norm have a bias "
-                              "(--no-conv-bias: the fast path's model, d2l.resnet18(10, "
-                              "conv_bias=False))")
-    max_examples: str = setting(None, 'first N training and test images, or all (none: '
-                                '$D2LZH_MAX_EXAMPLES, else all)')
-    backend: str = setting(None, 'none: nccl with GPUs, else gloo', (None, 'nccl', 'gloo'))
-    gradient_as_bucket_view: bool = setting(True, "DDP's option: gradients live in its buckets")
-    timeout: float = setting(900.0, 'seconds before a process gives up (the run, a collective)',
-                             '(0, inf)')
-    seed: int = setting(0, 'seed of the initial weights and of the data order')
-    out: str = setting(None, "folder for rank 0's result.json")
-    verbose: bool = setting(True, 'rank 0 prints one line per epoch')
+    model: str = doc('resnet18', "resnet18, or lenet: the book's 8.4 LeNet")
+    conv_bias: bool = doc(True, "ResNet-18's convolutions before a batch norm have a bias "
+                          "(--no-conv-bias: the fast path's model, d2l.resnet18(10, "
+                          "conv_bias=False))")
+    max_examples: str = doc(None, 'first N training and test images, or all (none: '
+                            '$D2LZH_MAX_EXAMPLES, else all)')
+    backend: str = doc(None, 'nccl or gloo (none: nccl with GPUs, else gloo)')
+    gradient_as_bucket_view: bool = doc(True, "DDP's option: gradients live in its buckets")
+    timeout: float = doc(900.0, 'seconds before a process gives up (the run, a collective)')
+    seed: int = doc(0, 'seed of the initial weights and of the data order')
+    out: str = doc(None, "folder for rank 0's result.json")
+    verbose: bool = doc(True, 'rank 0 prints one line per epoch')
 
     def __post_init__(self):
         if self.max_examples is not None:
             object.__setattr__(self, 'max_examples', str(self.max_examples))
-        check_settings(self)
+        check(self, [
+            ('model', self.model in ('resnet18', 'lenet'), "one of ('resnet18', 'lenet')"),
+            *((f, isinstance(getattr(self, f), bool), 'True or False')
+              for f in ('conv_bias', 'gradient_as_bucket_view', 'verbose')),
+            ('backend', self.backend in (None, 'nccl', 'gloo'), "one of (None, 'nccl', 'gloo')"),
+            ('timeout', real(self.timeout, 0, math.inf, '()'), 'a number of seconds > 0'),
+            ('seed', whole(self.seed, 0), 'a whole number >= 0'),
+            ('out', self.out is None or isinstance(self.out, str), 'None or a folder')])
 
 
 def torchrun_env():
@@ -227,16 +235,14 @@ def _parse(argv=None, parser=None):
                             ('the job (d2lzh.torch.ddp.Job)', Job)]:
         group = parser.add_argument_group(title)
         for f in dataclasses.fields(settings):  # lr_warmup: --lr-warmup, a bool: --x/--no-x
-            valid, kind = f.metadata['valid'], f.type
-            options = {'default': argparse.SUPPRESS, 'help': f"{f.metadata['help']} (default: "
-                       f"{f.default}{', in ' + valid if isinstance(valid, str) else ''})"}
+            kind = f.type
+            options = {'default': argparse.SUPPRESS,
+                       'help': f"{f.metadata['help']} (default: {f.default})"}
             if kind is bool:
                 options['action'] = argparse.BooleanOptionalAction
             else:  # None is written none
                 options['type'] = lambda text, kind=kind: None if text == 'none' else kind(text)
                 options['type'].__name__ = kind.__name__  # argparse's error messages name it
-            if isinstance(valid, tuple):
-                options['metavar'] = '{%s}' % ','.join(str(c).lower() for c in valid)
             group.add_argument('--' + f.name.replace('_', '-'), **options)
     args = vars(parser.parse_args(argv))
     try:

@@ -4,7 +4,6 @@ another on (also the torchrun worker's flags, ``run_ddp``'s and bench/'s setting
 :data:`FAST` is the recipe measured fastest from a cold start to 0.92 on one H100."""
 import dataclasses
 import math
-import numbers
 import os
 import time
 import warnings
@@ -13,38 +12,19 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from ..checks import check, real, whole
 from .book import evaluate_accuracy, synchronize
 
 __all__ = ['Recipe', 'FAST', 'train_fast', 'TrainStep', 'FusedSGD', 'learning_rates',
-           'capture_stream', 'setting', 'check_settings']
+           'capture_stream']
 
 
-def setting(default, help, valid=None):
-    """A settings field, typed by its annotation (None allowed if it is the default), with
-    ``help`` (its flag's too) and ``valid``: a tuple of choices or an interval like '[0, 1)'."""
-    return dataclasses.field(default=default, metadata={'help': help, 'valid': valid})
+def doc(default, help):
+    """A dataclass field with a default and ``help`` (the torchrun worker's flag says it)."""
+    return dataclasses.field(default=default, metadata={'help': help})
 
 
-def check_settings(settings):
-    """Raise ValueError, naming the field and what is valid, for a field of the dataclass
-    ``settings`` (made with :func:`setting`) of the wrong type, choice or range."""
-    for f in dataclasses.fields(settings):
-        value, valid, kind = getattr(settings, f.name), f.metadata['valid'], f.type
-        if value is None and f.default is None:
-            continue
-        if isinstance(valid, tuple):
-            need = None if value in valid else f'one of {valid}'
-        elif isinstance(value, bool) != (kind is bool) or not isinstance(
-                value, {int: numbers.Integral, float: numbers.Real}.get(kind, kind)):
-            need = {bool: 'True or False', int: 'a whole number', float: 'a number'}.get(
-                kind, 'a string')
-        else:  # within the interval, if any
-            lo, hi = (float(x) for x in (valid or '[-inf, inf]')[1:-1].split(','))
-            inside = not valid or (lo <= value if valid[0] == '[' else lo < value) and \
-                (value <= hi if valid[-1] == ']' else value < hi)
-            need = None if inside else f'a value in {valid}'
-        if need:
-            raise ValueError(f'{f.name}={value!r} is not valid: use {need}')
+AMP, SCHEDULES = ('auto', 'bf16', 'fp16', 'off'), (None, 'cosine', 'linear')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,40 +32,57 @@ class Recipe:
     """How :func:`train_fast` trains (beyond the book): immutable, each field one technique;
     ``dataclasses.replace(d2l.FAST, epochs=3)`` changes fields. Raises ValueError, naming
     the fix, for a field of the wrong type or range, or two fields that do not go together."""
-    batch_size: int = setting(256, 'examples per step (per process with DDP)', '[1, inf)')
-    epochs: int = setting(4, 'passes over the training data', '[1, inf)')
-    lr: float = setting(0.1, 'learning rate (the peak of a schedule)', '(0, inf)')
-    amp: str = setting('auto', 'mixed precision on CUDA (auto: bf16 from compute capability 8.0 '
-                       'on, else fp16 + GradScaler)', ('auto', 'bf16', 'fp16', 'off'))
-    channels_last: bool = setting(True, 'NHWC memory format for the model and its inputs')
-    compile: bool = setting(False, 'torch.compile the model (the first epoch compiles)')
-    cuda_graph: bool = setting(False, 'replay the step from a CUDA graph (skips a short batch)')
-    capture_after: int = setting(None, 'eager steps before a capture (none: 3, DDP 11)', '[1, inf)')
-    momentum: float = setting(0.0, 'SGD momentum', '[0, 1)')
-    nesterov: bool = setting(False, 'Nesterov momentum (needs momentum > 0)')
-    weight_decay: float = setting(0.0, 'SGD weight decay', '[0, inf)')
-    fused_sgd: bool = setting(False, 'FusedSGD: the fused kernel, its rate a tensor a graph reads')
-    lr_schedule: str = setting(None, 'none: constant; cosine: per epoch, towards 0; linear: per '
-                               'step, up over lr_warmup, down to 0', (None, 'cosine', 'linear'))
-    lr_warmup: float = setting(0.0, "share of the steps over which 'linear' rises", '[0, 1)')
-    label_smoothing: float = setting(0.0, 'of the cross-entropy loss', '[0, 1)')
-    eval_from: int = setting(1, 'first epoch after which the test set is evaluated')
-    target_accuracy: float = setting(None, "stop at the first epoch whose test accuracy (rank "
-                                     "0's) is >= this", '(0, 1]')
-    time_startup: bool = setting(False, 'one step (and capture) before epoch 1, as startup_s')
-    checkpoint: str = setting(None, 'file saved after each epoch (rank 0), resumed from')
+    batch_size: int = doc(256, 'examples per step (per process with DDP)')
+    epochs: int = doc(4, 'passes over the training data')
+    lr: float = doc(0.1, 'learning rate (the peak of a schedule)')
+    amp: str = doc('auto', 'mixed precision on CUDA: auto (bf16 from compute capability 8.0 on, '
+                   'else fp16 + GradScaler), bf16, fp16 or off')
+    channels_last: bool = doc(True, 'NHWC memory format for the model and its inputs')
+    compile: bool = doc(False, 'torch.compile the model (the first epoch compiles)')
+    cuda_graph: bool = doc(False, 'replay the step from a CUDA graph (skips a short batch)')
+    capture_after: int = doc(None, 'eager steps before a capture (none: 3, DDP 11)')
+    momentum: float = doc(0.0, 'SGD momentum, in [0, 1)')
+    nesterov: bool = doc(False, 'Nesterov momentum (needs momentum > 0)')
+    weight_decay: float = doc(0.0, 'SGD weight decay')
+    fused_sgd: bool = doc(False, 'FusedSGD: the fused kernel, its rate a tensor a graph reads')
+    lr_schedule: str = doc(None, 'none: constant; cosine: per epoch, towards 0; linear: per '
+                           'step, up over lr_warmup, down to 0')
+    lr_warmup: float = doc(0.0, "share of the steps over which 'linear' rises, in [0, 1)")
+    label_smoothing: float = doc(0.0, 'of the cross-entropy loss, in [0, 1)')
+    eval_from: int = doc(1, 'first epoch after which the test set is evaluated')
+    target_accuracy: float = doc(None, "stop at the first epoch whose test accuracy (rank 0's) "
+                                 'is >= this, in (0, 1]')
+    time_startup: bool = doc(False, 'one step (and capture) before epoch 1, as startup_s')
+    checkpoint: str = doc(None, 'file saved after each epoch (rank 0), resumed from')
 
     def __post_init__(self):
         if self.checkpoint is not None:
             object.__setattr__(self, 'checkpoint', os.fspath(self.checkpoint))
-        check_settings(self)
+        flags = ('channels_last', 'compile', 'cuda_graph', 'nesterov', 'fused_sgd', 'time_startup')
+        check(self, [
+            ('batch_size', whole(self.batch_size, 1), 'a whole number >= 1'),
+            ('epochs', whole(self.epochs, 1), 'a whole number >= 1'),
+            ('lr', real(self.lr, 0, math.inf, '()'), 'a number > 0'),
+            ('amp', self.amp in AMP, f'one of {AMP}'),
+            *((f, isinstance(getattr(self, f), bool), 'True or False') for f in flags),
+            ('capture_after', self.capture_after is None or whole(self.capture_after, 1),
+             'None or a whole number >= 1'),
+            ('momentum', real(self.momentum, 0, 1), 'a value in [0, 1)'),
+            ('weight_decay', real(self.weight_decay, 0, math.inf), 'a number >= 0'),
+            ('lr_schedule', self.lr_schedule in SCHEDULES, f'one of {SCHEDULES}'),
+            ('lr_warmup', real(self.lr_warmup, 0, 1), 'a value in [0, 1)'),
+            ('label_smoothing', real(self.label_smoothing, 0, 1), 'a value in [0, 1)'),
+            ('eval_from', whole(self.eval_from, 1) and self.eval_from <= self.epochs,
+             f'an epoch from 1 to epochs={self.epochs}, or nothing would be evaluated'),
+            ('target_accuracy', self.target_accuracy is None or
+             real(self.target_accuracy, 0, 1, '(]'), 'None or a value in (0, 1]'),
+            ('checkpoint', self.checkpoint is None or isinstance(self.checkpoint, str),
+             'None or a file name')])
         for ok, message in [
             (not self.nesterov or self.momentum > 0, 'nesterov=True needs momentum > 0: pass '
              'momentum=0.9, for example'),
             (not self.lr_warmup or self.lr_schedule == 'linear', f'lr_warmup={self.lr_warmup} '
              "is used by lr_schedule='linear' only: pass that, or lr_warmup=0"),
-            (1 <= self.eval_from <= self.epochs, f'eval_from={self.eval_from}: use an epoch '
-             f'from 1 to epochs={self.epochs}, or nothing would be evaluated'),
             (not self.cuda_graph or self.lr_schedule != 'linear' or self.fused_sgd,
              "cuda_graph=True with lr_schedule='linear' needs fused_sgd=True (a graph holds "
              "torch.optim's rate as a constant), or use lr_schedule='cosine'")]:
