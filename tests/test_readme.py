@@ -37,3 +37,18 @@ def test_first_screen_costs_come_from_the_recorded_run():
         m = re.search(re.escape(words) + r' (\d+) ', screen)
         assert m and int(m.group(1)) == value, f'{words!r}: README says ' \
             f'{m and m.group(1)}, the recorded run {value}'
+
+
+def test_readme_fast_path_figures_are_the_bench_run_it_names():
+    """README's one-GPU figures: those of the time-to-accuracy run it names, for the config
+    that runs README's script (bench_torch's recipe_no_conv_bias: d2l.cold_start's lines)."""
+    text = (ROOT / 'README.md').read_text(encoding='utf-8')
+    name = re.search(r'`(bench/results/[^`]+-time-to-accuracy\.json)`', text)[1]
+    c = json.loads((ROOT / name).read_text())['configs']['recipe_no_conv_bias']
+    runs = [r for r in c['runs'] if 'error' not in r]
+    after = sum(r['reached_s'] - r['items']['python_start'] - r['items']['import_torch']
+                for r in runs) / len(runs)
+    assert (f"0.92 {c['reached_s']['mean']:.2f} s after the process started "
+            f"({c['reached_s']['min']:.2f}-{c['reached_s']['max']:.2f} s), {after:.2f} s after\n"
+            f"`import torch`, at {c['images_per_s']['mean']:,.0f} images/s") in text
+    assert c['config']['conv_bias'] is False and c['config']['recipe']['batch_size'] == 512
