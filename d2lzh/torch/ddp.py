@@ -157,6 +157,7 @@ def _train(recipe, job):
         fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
         net = resnet18(10, conv_bias=job.conv_bias) if job.model == 'resnet18' else lenet()
         net = net.to(device, memory_format=fmt)
+        marks['model'] = time.time()  # DDP's construction next: it imports TorchDynamo
         # A DDP step recorded in a CUDA graph, as PyTorch's CUDA-graph notes ask: NCCL >= 2.9.6,
         # its async error handling off (above), DDP built on the side stream that records,
         # at least 11 eager steps before the capture (TrainStep), and a static graph.
@@ -201,7 +202,7 @@ def ddp_worker(recipe=None, job=None):
     history (``examples``, ``images_per_s``: of all processes) with ``world_size``,
     ``backend``, ``device``, ``restart_count``, ``params_digest`` (one SHA-1 per rank) and
     ``marks`` (``time.time()`` when torch was imported, the group joined, the data was on the
-    device, training started/ended);
+    device, the model built, training started (after DDP's construction)/ended);
     None on other ranks. RuntimeError: not under torchrun. Anything that fails once the job
     is joined ends the process (exit 1), its traceback in torchrun's error file and on stderr."""
     try:
