@@ -57,8 +57,8 @@ def _backend(backend, world_size):
     if backend == 'nccl' and num_gpus() < world_size:
         names = ', '.join(f'cuda:{i} ({gpu_name(i)})' for i in range(num_gpus()))
         raise ValueError(f'asked for {world_size} GPUs but this machine has {num_gpus()}: '
-                         f'{names or "none"}. Ask for at most {num_gpus()} processes, or use '
-                         "backend='gloo'.")
+                         f'{names or "none"}. ' + (f'Ask for at most {num_gpus()} processes, or '
+                         'use' if num_gpus() else 'Use') + " backend='gloo' (--backend gloo).")
     return backend
 
 
