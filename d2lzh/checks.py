@@ -1,5 +1,6 @@
 """Argument checks shared by both editions (no framework here): one mistake, one message.
 ``split_and_load`` keeps its check written out: 8.4 shows it as a ``#@save`` copy."""
+import dataclasses
 import numbers
 import warnings
 
@@ -12,7 +13,7 @@ def check_positive_int(name, value, allow_none=False):
     """
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if not whole(value, 1):
         raise ValueError(f'{name}={value!r} is not valid: it must be a positive whole '
                          f'number{" or None" if allow_none else ""}')
 
@@ -45,6 +46,12 @@ def check(obj, rules):
     for name, ok, need in rules:
         if not ok:
             raise ValueError(f'{name}={getattr(obj, name)!r} is not valid: use {need}')
+
+
+def flag_rules(obj):
+    """:func:`check`'s rules: each field of the dataclass ``obj`` typed bool holds a bool."""
+    return [(f.name, isinstance(getattr(obj, f.name), bool), 'True or False')
+            for f in dataclasses.fields(obj) if f.type is bool]
 
 
 def whole(value, low):

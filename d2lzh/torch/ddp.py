@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from .. import data as _data, jobs as _jobs
 from .book import gpu_name, lenet, num_gpus, resnet18
 from .data import FashionMNISTIter, ShardIter
-from ..checks import check, real, whole
+from ..checks import check, flag_rules, real, whole
 from .recipe import FAST, Recipe, capture_stream, doc, train_fast
 
 _IMPORTED = time.time()  # torch and d2lzh imported: the first of a worker's marks
@@ -52,8 +52,7 @@ class Job:
             object.__setattr__(self, 'max_examples', str(self.max_examples))
         check(self, [
             ('model', self.model in ('resnet18', 'lenet'), "one of ('resnet18', 'lenet')"),
-            *((f, isinstance(getattr(self, f), bool), 'True or False')
-              for f in ('conv_bias', 'gradient_as_bucket_view', 'verbose')),
+            *flag_rules(self),
             ('backend', self.backend in (None, 'nccl', 'gloo'), "one of (None, 'nccl', 'gloo')"),
             ('timeout', real(self.timeout, 0, math.inf, '()'), 'a number of seconds > 0'),
             ('seed', whole(self.seed, 0), 'a whole number >= 0'),

@@ -1,13 +1,8 @@
-"""What notebook 07 and ``bench/bench_torch.py`` measure the same way (beyond the book): the
-ladder of techniques (:data:`LADDER`), and time to accuracy from a cold start: :func:`cold_start`
-runs this file as a fresh Python process, which does what a user writes,
-
-    dev = d2l.try_gpu()
-    train_iter, test_iter = d2l.load_data_fashion_mnist(recipe.batch_size, device=dev)
-    history = d2l.train_fast(d2l.resnet18(10, conv_bias=False), train_iter, test_iter, dev,
-                             recipe)
-
-and marks the time of each stage from the moment the process was started."""
+"""What notebook 07 and ``bench/bench_torch.py`` measure alike (beyond the book): the ladder
+of techniques (:data:`LADDER`), and time to accuracy from a cold start: :func:`cold_start`
+runs this file as a fresh process that marks each stage from its start and runs what a user
+writes: ``dev = d2l.try_gpu()``, ``d2l.load_data_fashion_mnist(recipe.batch_size,
+device=dev)``, ``d2l.train_fast(d2l.resnet18(10, conv_bias=False), ..., dev, recipe)``."""
 import json
 import os
 import subprocess
@@ -41,16 +36,14 @@ def ladder_configs():
 
 
 def cold_start(config=None, timeout=600.0, env=None):
-    """Run one fresh process (``config``: a dict, JSON-able: ``recipe``, the fields of
-    :class:`d2lzh.torch.Recipe`, default ``FAST``'s; ``conv_bias`` False; ``cudnn_benchmark``
-    False; ``gpu_data`` True: the data on the GPU; ``seed`` 0; ``max_examples`` 'all';
-    ``target`` 0.92, for a recipe without ``target_accuracy``) with ``env`` added to this
-    one's environment. Returns a dict: ``marks``, seconds from the start to ``python`` (the
-    interpreter up), ``import torch``, ``import d2lzh``, ``cuda`` (context made), ``data``
-    (on the device), ``train`` (train_fast called), ``end``; ``reached_s``, seconds from the
-    start to the first test accuracy >= the target (None: never); ``history``, train_fast's.
-    RuntimeError: the process failed (its exit code and last lines);
-    subprocess.TimeoutExpired: it ran past ``timeout`` seconds."""
+    """Run one fresh process, ``env`` added to this one's environment. ``config`` (JSON-able):
+    ``recipe`` (Recipe's fields; default FAST), ``conv_bias`` (False), ``cudnn_benchmark``
+    (False), ``gpu_data`` (True), ``seed`` (0), ``max_examples`` ('all'), ``target`` (0.92,
+    for a recipe without ``target_accuracy``). Returns a dict: ``marks``, seconds from the
+    start to ``python`` (interpreter up), ``import torch``, ``import d2lzh``, ``cuda`` (context
+    made), ``data`` (on the device), ``train`` (train_fast called), ``end``; ``reached_s`` to
+    the first test accuracy >= the target (None: never); ``history``, train_fast's.
+    RuntimeError: the process failed (exit code, last lines); TimeoutExpired: past timeout s."""
     env = dict(os.environ, **(env or {}), D2LZH_COLDSTART_T0=repr(time.time()))
     env['PYTHONPATH'] = os.pathsep.join(  # this d2lzh, for the process started by path
         [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

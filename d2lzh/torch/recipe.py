@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..checks import check, real, whole
+from ..checks import check, flag_rules, real, whole
 from .book import evaluate_accuracy, synchronize
 
 __all__ = ['Recipe', 'FAST', 'train_fast', 'TrainStep', 'FusedSGD', 'learning_rates',
@@ -58,13 +58,12 @@ class Recipe:
     def __post_init__(self):
         if self.checkpoint is not None:
             object.__setattr__(self, 'checkpoint', os.fspath(self.checkpoint))
-        flags = ('channels_last', 'compile', 'cuda_graph', 'nesterov', 'fused_sgd', 'time_startup')
         check(self, [
             ('batch_size', whole(self.batch_size, 1), 'a whole number >= 1'),
             ('epochs', whole(self.epochs, 1), 'a whole number >= 1'),
             ('lr', real(self.lr, 0, math.inf, '()'), 'a number > 0'),
             ('amp', self.amp in AMP, f'one of {AMP}'),
-            *((f, isinstance(getattr(self, f), bool), 'True or False') for f in flags),
+            *flag_rules(self),
             ('capture_after', self.capture_after is None or whole(self.capture_after, 1),
              'None or a whole number >= 1'),
             ('momentum', real(self.momentum, 0, 1), 'a value in [0, 1)'),
