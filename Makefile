@@ -16,7 +16,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed-$(MXNET_PACKAGE)-numpy$(NUMPY)
 BUILD ?= build
-TEST_MAX_EXAMPLES ?= 256
+TEST_MAX_EXAMPLES ?= 128
 TEST_JOBS ?= 2
 # The unit tests `make test` runs before the notebooks: all of tests/, none when NOTEBOOKS is given.
 notebooks_given := $(filter-out undefined,$(origin NOTEBOOKS))
