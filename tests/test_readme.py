@@ -52,3 +52,38 @@ def test_readme_fast_path_figures_are_the_bench_run_it_names():
             f"({c['reached_s']['min']:.2f}-{c['reached_s']['max']:.2f} s), {after:.2f} s after\n"
             f"`import torch`, at {c['images_per_s']['mean']:,.0f} images/s") in text
     assert c['config']['conv_bias'] is False and c['config']['recipe']['batch_size'] == 512
+
+
+def test_bench_readme_fast_options_figures_are_the_run_it_names():
+    """bench/README.md's two tables of bench_fast_options.py: each row's figures are those of
+    the JSON the section names (FAST's changes; fresh processes: eager, aot, mega)."""
+    text = (ROOT / 'bench' / 'README.md').read_text(encoding='utf-8')
+    section = text[text.index('### Options that did not make'):]
+    name = re.search(r'`(NVIDIA-[^`]+-fast-options\.json)`', section)[1]
+    result = json.loads((ROOT / 'bench' / 'results' / name).read_text())
+    rows = {line.split('|')[1].strip().replace('`', ''): line
+            for line in section.splitlines() if line.startswith('| ')}
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    names = dict.fromkeys(v['name'] for v in result['variants'])
+    assert len(names) == 8
+    for name in names:
+        runs = [v for v in result['variants'] if v['name'] == name]
+        acc = [r['test_acc'][-1] for r in runs]
+        row = rows['nothing changed' if name == 'fast' else name]
+        assert (f"| {mean(acc):.4f} | {mean([r['flip_acc'] for r in runs]):.4f} | "
+                f"{mean([r['images_per_s'] for r in runs]):,.0f} | "
+                f"{sum(a >= 0.92 for a in acc)}/{len(runs)} |") in row, row
+    for mode, start in [('eager', 'FAST (README'), ('aot', 'forward compiled once'),
+                        ('mega', 'torch.compile with')]:
+        runs = result[mode]
+        row = next(line for key, line in rows.items() if key.startswith(start))
+        reached = [r['reached_s'] for r in runs]
+        load = [r['marks']['load'] - r['marks']['cuda'] for r in runs if 'load' in r['marks']]
+        assert (f"{mean(reached):.2f} s [{min(reached):.2f}, {max(reached):.2f}] | "
+                f"{mean([r['reached_s'] - r['marks']['import torch'] for r in runs]):.2f} s | "
+                f"{f'{mean(load):.2f} s' if load else '-'} | "
+                f"{mean([r['history']['startup_s'] for r in runs]):.2f} s | "
+                f"{mean([r['history']['images_per_s'] for r in runs]):,.0f} |") in row, row
+    compiled = result['aot_compile']
+    assert f"({compiled['compile_s']:.1f} s, {compiled['bytes'] / 1e6:.1f} MB file)" in section
+    assert f"(the first process: {result['mega_first']['reached_s']:.1f} s)" in section
