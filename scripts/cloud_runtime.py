@@ -1,8 +1,9 @@
 """Simulate a cloud notebook runtime and open notebooks there as a new reader would.
 
 Usage: ``python scripts/cloud_runtime.py [--python python3.11] [NOTEBOOK ... | --all]``
-(``make cloud-test``; CI runs it). Default notebooks: one of each edition, and PyTorch 07,
-which quotes a stored bench JSON of the repository; ``--all``: every notebook of both editions.
+(``make cloud-test``; CI runs it). Default notebooks: one of each edition, MXNet 05 and
+PyTorch 07 (which also quotes a stored bench JSON of the repository); ``--all``: every notebook
+of both editions.
 
 What it does, like Colab/Kaggle/SageMaker Studio Lab minus the GPU:
 
@@ -44,7 +45,6 @@ sys.path.insert(0, str(ROOT))
 from d2lzh import project  # noqa: E402
 
 DEFAULT_NOTEBOOKS = ['notebooks/05_multiple-gpus.ipynb',
-                     'notebooks/pytorch/03_async-computation.ipynb',
                      'notebooks/pytorch/07_modern-gpu-training.ipynb']
 
 CHECK_CELL = '''# appended by scripts/cloud_runtime.py: the runtime's numpy and torch are kept
