@@ -93,16 +93,17 @@ CLOUD_PYTHON ?= $(PYTHON)
 cloud-test: data  ## open notebooks alone, as on Colab: fresh numpy-2 venv, no d2lzh, no MXNet
 	$(PYTHON) scripts/cloud_runtime.py --python $(CLOUD_PYTHON) --build $(BUILD)/cloud
 
-# JupyterLab on working copies in build/lab/notebooks/ (scripts/lab.py), never on notebooks/;
-# the kernel `python3`: .venv's, registered inside .venv, first on JUPYTER_PATH.
-lab: venv  ## JupyterLab on your own copies of the notebooks, made once in build/lab/notebooks/
+# JupyterLab on working copies in build/lab/notebooks/ (scripts/lab.py), never on notebooks/,
+# with the data found or downloaded first, as for run; the kernel `python3`: .venv's,
+# registered inside .venv, first on JUPYTER_PATH.
+lab: data  ## JupyterLab on your own copies of the notebooks, made once in build/lab/notebooks/
 	$(PIP) install -r requirements-lab.txt
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ipykernel)"
 	$(PY) scripts/lab.py --dest $(BUILD)/lab
 	cd $(BUILD)/lab/notebooks && JUPYTER_PATH=$(abspath $(VENV))/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} \
 	  $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
-lab-reset:  ## start the lab's copies of NOTEBOOKS (or EDITION's) afresh from the stored ones
+lab-reset:  ## start the lab's copies of NOTEBOOKS (or EDITION's) afresh, each old one kept in build/lab/previous/
 	$(or $(PYTHON),python3) scripts/lab.py --dest $(BUILD)/lab --reset $(NOTEBOOKS)
 
 html: $(STAMP)  ## render the stored notebooks, not run, to build/stored/<edition>/ (no PyTorch needed)

@@ -4,8 +4,13 @@
 ``DEST/notebooks``, so each kernel runs in its copy's folder and ``d2l.output_dir()`` is
 ``d2lzh-output`` there. A copy is made only where there is none: later calls keep a student's
 copy, and say which stored notebooks changed since it was made. ``--reset`` starts the given
-copies afresh from the stored notebooks; the copy it replaces goes to ``DEST/previous/...``.
+copies afresh from the stored notebooks; each copy it replaces is kept, numbered and never
+overwritten, as ``DEST/previous/notebooks/NAME.1.ipynb``, ``NAME.2.ipynb``, ...
 The stored notebooks change only through git or a maintainer's copy of a run's notebooks.
+
+JupyterLab serves nothing outside ``DEST/notebooks``, so the files outside notebooks/ that the
+notebooks' markdown links to (``../docs/...``, ``../d2lzh/...``) are copied, afresh on every
+call, to ``DEST/notebooks/linked/<repository path>``, and the copies' links point there.
 
     python scripts/lab.py [--dest build/lab] [--reset] [NOTEBOOK ...]
 """
@@ -13,6 +18,8 @@ import argparse
 import hashlib
 import json
 import os
+import posixpath
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -22,41 +29,97 @@ sys.path.insert(0, str(ROOT))
 from d2lzh import project  # noqa: E402
 
 SOURCES = '.stored.json'  # in DEST: {path: sha256 of the stored notebook the copy was made from}
+PREVIOUS = 'previous'     # in DEST: the copies that --reset replaced
+LINKED = 'notebooks/linked'  # in DEST: the files outside notebooks/ the notebooks link to
+LINK = re.compile(r'(\]\()([^)\s#?]+)')  # a markdown link's target: [text](target#anchor)
 
 
 def _digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _outside(path, target, root):
+    """The repository path of ``target``, a link of notebook ``path``, where it is a file in
+    ``root`` outside notebooks/; else None (a URL, a notebook, a missing file)."""
+    if re.match(r'[A-Za-z][\w+.-]*:|/', target):
+        return None
+    linked = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    inside = linked.startswith(('notebooks/', '../')) or linked == '..'
+    return None if inside or not (root / linked).is_file() else linked
+
+
+def lab_copy(path, root=ROOT):
+    """The lab copy of notebook ``path``: (its text, the repository paths it links to outside
+    notebooks/). Those links point at ``LINKED/<path>``; without such links the text is the
+    stored notebook's, byte for byte."""
+    text = (root / path).read_bytes().decode('utf-8')
+    nb, linked = json.loads(text), []
+
+    def relink(m):
+        outside = _outside(path, m[2], root)
+        if outside is None:
+            return m[0]
+        linked.append(outside)
+        return m[1] + posixpath.relpath(f'{LINKED}/{outside}', posixpath.dirname(path))
+
+    for cell in nb.get('cells', []):
+        if cell.get('cell_type') == 'markdown':
+            source = cell['source']
+            cell['source'] = (LINK.sub(relink, source) if isinstance(source, str)
+                              else [LINK.sub(relink, line) for line in source])
+    if linked:
+        text = json.dumps(nb, indent=1, ensure_ascii=False) + '\n'  # nbformat's layout
+    return text, sorted(set(linked))
+
+
+def _keep_previous(dest, path):
+    """Move the copy ``dest/path`` to ``dest/previous/<path>`` numbered one above the earlier
+    ones there (``NAME.1.ipynb``, ``NAME.2.ipynb``, ...), overwriting none; return the new path."""
+    copy = dest / path
+    folder = (dest / PREVIOUS / path).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    numbered = re.compile(re.escape(copy.stem) + r'\.(\d+)' + re.escape(copy.suffix))
+    n = 1 + max((int(m[1]) for f in folder.iterdir() if (m := numbered.fullmatch(f.name))),
+                default=0)
+    kept = folder / f'{copy.stem}.{n}{copy.suffix}'
+    os.rename(copy, kept)
+    return kept
+
+
 def copy_notebooks(dest, notebooks=None, reset=False, root=ROOT):
     """Copy each notebook (repository-relative path; default: every one of both editions) from
-    ``root`` to ``dest/<path>`` where there is no copy, or, with ``reset``, over the copy, which
-    first moves to ``dest/previous/<path>`` (replacing an older one there).
+    ``root`` to ``dest/<path>`` (:func:`lab_copy`) where there is no copy, or, with ``reset``,
+    over the copy, which first moves to ``dest/previous/`` (:func:`_keep_previous`). The
+    files the notebooks link to outside notebooks/ are copied afresh to ``dest/LINKED/``.
 
     Returns:
-        (copied, changed): the copies written, and the kept copies whose stored notebook
-        changed since the copy was made (all as repository-relative paths).
+        (copied, changed, previous): the copies written, the kept copies whose stored notebook
+        changed since the copy was made (all as repository-relative paths), and
+        {path: where its replaced copy went} for the copies that ``reset`` replaced.
     """
     dest = Path(dest)
     seen_path = dest / SOURCES
     seen = json.loads(seen_path.read_text()) if seen_path.is_file() else {}
-    copied, changed = [], []
+    copied, changed, previous = [], [], {}
     for path in notebooks or project.notebooks('all'):
         source, copy = root / path, dest / path
+        text, linked = lab_copy(path, root)
+        for outside in linked:
+            (dest / LINKED / outside).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / outside, dest / LINKED / outside)
         if copy.exists() and reset:
-            (dest / 'previous' / path).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(copy, dest / 'previous' / path)
+            previous[path] = _keep_previous(dest, path)
         if copy.exists():
             if seen.get(path, _digest(source)) != _digest(source):
                 changed.append(path)
             continue
         copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, copy)  # a file of its own: never a link to the stored one
+        copy.write_bytes(text.encode('utf-8'))  # a file of its own: never a link to the stored one
         seen[path] = _digest(source)
         copied.append(path)
     if copied:
         seen_path.write_text(json.dumps(seen, indent=1, sort_keys=True))
-    return copied, changed
+    return copied, changed, previous
 
 
 def main(argv=None):
@@ -66,22 +129,19 @@ def main(argv=None):
     parser.add_argument('--reset', action='store_true',
                         help='start these copies afresh from the stored notebooks')
     args = parser.parse_args(argv)
-    paths = args.notebooks or project.notebooks('all')
-    kept = [p for p in paths if (args.dest / p).exists()]
-    copied, changed = copy_notebooks(args.dest, paths, args.reset)
-    lab = os.path.relpath(args.dest / 'notebooks')
+    copied, changed, previous = copy_notebooks(args.dest, args.notebooks, args.reset)
     if args.reset:
         for path in copied:
-            old = os.path.relpath(args.dest / 'previous' / path)
-            print(f'{os.path.relpath(args.dest / path)}: started afresh from {path}'
-                  + (f' (the copy it replaces: {old})' if path in kept else ''))
+            print(f'{os.path.relpath(args.dest / path)}：已从 {path} 重新复制'
+                  + (f'；你原来的副本保存在 {os.path.relpath(previous[path])}'
+                     '（之前的副本都还在，不会被覆盖）' if path in previous else ''))
         return 0
     if copied:
-        print(f'copied {len(copied)} notebook(s) to {lab}/: JupyterLab opens these working '
-              'copies; notebooks/ keeps the stored ones')
+        print(f'已把 {len(copied)} 个笔记本复制到 {os.path.relpath(args.dest / "notebooks")}/：'
+              'JupyterLab 打开的是这些工作副本，notebooks/ 里存储的笔记本不会改变')
     for path in changed:
-        print(f'{path} changed since your copy was made: make lab-reset NOTEBOOKS={path} '
-              'starts your copy afresh from it')
+        print(f'{path} 在你的副本做好之后有了新版本：make lab-reset NOTEBOOKS={path} '
+              f'会从新版本重新开始（你的副本会保存到 {os.path.relpath(args.dest / PREVIOUS)}/）')
     return 0
 
 

@@ -1,6 +1,7 @@
 """The Makefile's edges, through ``make -n`` (nothing runs) or targets that build nothing:
 its command-line checks (scripts/make_args.py), bare notebook names, ``make test`` with
-NOTEBOOKS, the lab's working copies (scripts/lab.py), ``make clean`` and the pyparsing pin.
+NOTEBOOKS, the lab's working copies (scripts/lab.py), ``make clean``/``distclean`` and the
+pyparsing pin.
 """
 import hashlib
 import json
@@ -141,6 +142,17 @@ def test_make_test_with_notebooks_checks_only_them_unless_tests_is_given(tmp_pat
     assert words[words.index('tests') + 1] == 'notebooks/pytorch/01_use-gpu.ipynb'
 
 
+@pytest.mark.parametrize('target, script', [('run', 'run_notebooks.py'), ('test', '--nbval'),
+                                            ('lab', 'lab.py')])
+def test_run_test_and_lab_find_and_verify_the_data_first(tmp_path, target, script):
+    """README's first screen says so: each goes through make data (python -m d2lzh.data)."""
+    out = make(target, tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    data = next(i for i, ln in enumerate(lines) if '-m d2lzh.data' in ln)
+    assert data < next(i for i, ln in enumerate(lines) if script in ln)
+
+
 # ---------------------------------------------------------------- the lab's working copies
 def tree(folder):
     """{relative path: sha256} of every file under ``folder``."""
@@ -148,26 +160,39 @@ def tree(folder):
             for p in sorted(folder.rglob('*')) if p.is_file()}
 
 
+def link_lines(copy, stored):
+    """The lines of the lab copy ``copy`` that differ from those of the stored notebook."""
+    lines = copy.read_text(encoding='utf-8').splitlines()
+    stored_lines = stored.read_text(encoding='utf-8').splitlines()
+    assert len(lines) == len(stored_lines), copy
+    return [a for a, b in zip(lines, stored_lines) if a != b]
+
+
 def test_editing_a_lab_copy_leaves_the_stored_notebooks_byte_identical(tmp_path):
     stored, dest = tree(ROOT / 'notebooks'), tmp_path / 'lab'
-    copied, _ = lab.copy_notebooks(dest)
+    copied, _, _ = lab.copy_notebooks(dest)
     assert sorted(copied) == sorted('notebooks/' + p for p in stored)
-    assert tree(dest / 'notebooks') == stored          # pytorch/ included
+    copies = [p for p in tree(dest / 'notebooks') if not p.startswith('linked/')]
+    assert sorted(copies) == sorted(stored)            # pytorch/ included
+    for path in copies:                                # the same but for links to linked/
+        changed = link_lines(dest / 'notebooks' / path, ROOT / 'notebooks' / path)
+        assert all('](linked/' in line or '](../linked/' in line for line in changed), changed
     copy = dest / 'notebooks' / 'pytorch' / '02_hybridize.ipynb'
     assert not copy.is_symlink() and copy.stat().st_ino != \
         (ROOT / 'notebooks' / 'pytorch' / '02_hybridize.ipynb').stat().st_ino
-    nb = json.loads(copy.read_text(encoding='utf-8'))  # a student edits and saves
+    fresh = copy.read_bytes()
+    nb = json.loads(fresh)                             # a student edits and saves
     nb['cells'][0]['source'] = 'my own notes'
     copy.write_text(json.dumps(nb), encoding='utf-8')
     edited = copy.read_bytes()
-    assert lab.copy_notebooks(dest) == ([], [])        # a later make lab keeps the copy
+    assert lab.copy_notebooks(dest) == ([], [], {})    # a later make lab keeps the copy
     assert copy.read_bytes() == edited
     assert tree(ROOT / 'notebooks') == stored
 
-    copied, _ = lab.copy_notebooks(dest, ['notebooks/pytorch/02_hybridize.ipynb'], reset=True)
+    copied, _, _ = lab.copy_notebooks(dest, ['notebooks/pytorch/02_hybridize.ipynb'], reset=True)
     assert copied == ['notebooks/pytorch/02_hybridize.ipynb']
-    assert copy.read_bytes() == (ROOT / 'notebooks' / 'pytorch' / '02_hybridize.ipynb').read_bytes()
-    assert (dest / 'previous' / 'notebooks' / 'pytorch' / '02_hybridize.ipynb').read_bytes() \
+    assert copy.read_bytes() == fresh
+    assert (dest / 'previous' / 'notebooks' / 'pytorch' / '02_hybridize.1.ipynb').read_bytes() \
         == edited
     assert tree(ROOT / 'notebooks') == stored
 
@@ -177,12 +202,48 @@ def test_a_lab_copy_whose_stored_notebook_changed_is_named(tmp_path):
     (root / 'notebooks').mkdir(parents=True)
     (root / 'notebooks' / '01_use-gpu.ipynb').write_text('{"v": 1}')
     path, dest = 'notebooks/01_use-gpu.ipynb', tmp_path / 'lab'
-    assert lab.copy_notebooks(dest, [path], root=root) == ([path], [])
+    assert lab.copy_notebooks(dest, [path], root=root) == ([path], [], {})
     (root / path).write_text('{"v": 2}')               # git pull brings a new version
-    assert lab.copy_notebooks(dest, [path], root=root) == ([], [path])
+    assert lab.copy_notebooks(dest, [path], root=root) == ([], [path], {})
     assert (dest / path).read_text() == '{"v": 1}'
-    assert lab.copy_notebooks(dest, [path], reset=True, root=root) == ([path], [])
-    assert lab.copy_notebooks(dest, [path], root=root) == ([], [])
+    previous = dest / 'previous' / 'notebooks' / '01_use-gpu.1.ipynb'
+    assert lab.copy_notebooks(dest, [path], reset=True, root=root) == ([path], [], {path: previous})
+    assert lab.copy_notebooks(dest, [path], root=root) == ([], [], {})
+    assert previous.read_text() == '{"v": 1}' and (dest / path).read_text() == '{"v": 2}'
+
+
+MARKDOWN_LINK = re.compile(r'\]\(([^)\s#?]+)')
+
+
+def markdown_texts(folder):
+    """(file, markdown text) of every markdown cell of the notebooks and every .md file under
+    ``folder``."""
+    for path in sorted(folder.rglob('*')):
+        if path.suffix == '.md':
+            yield path, path.read_text(encoding='utf-8')
+        elif path.suffix == '.ipynb':
+            for cell in json.loads(path.read_text(encoding='utf-8'))['cells']:
+                if cell['cell_type'] == 'markdown':
+                    yield path, ''.join(cell['source'])
+
+
+def test_every_relative_link_of_the_lab_copies_resolves_inside_the_lab_root(tmp_path):
+    """JupyterLab starts in DEST/notebooks and serves nothing outside it: every relative link of
+    a copy (``../docs/...`` in notebooks/) must name a file there."""
+    lab.copy_notebooks(tmp_path / 'lab')
+    root = (tmp_path / 'lab' / 'notebooks').resolve()
+    resolved = set()
+    for path, text in markdown_texts(root):
+        for target in MARKDOWN_LINK.findall(text):
+            if re.match(r'[A-Za-z][\w+.-]*:', target):
+                continue                               # a URL
+            file = (path.parent / target).resolve()
+            assert file.is_relative_to(root) and file.is_file(), \
+                f'{path.relative_to(root)}: {target} is not a file of the lab'
+            resolved.add(file.relative_to(root).as_posix())
+    assert 'linked/docs/reference-figures.md' in resolved
+    assert (root / 'linked' / 'docs' / 'reference-figures.md').read_bytes() == \
+        (ROOT / 'docs' / 'reference-figures.md').read_bytes()
 
 
 def test_a_lab_kernel_finds_d2lzh_and_writes_under_the_copy(tmp_path):
@@ -200,17 +261,50 @@ def test_a_lab_kernel_finds_d2lzh_and_writes_under_the_copy(tmp_path):
     assert Path(out.stdout.strip()) == folder / 'd2lzh-output'
 
 
-def test_make_lab_reset_and_clean_keep_to_the_lab_folder(tmp_path):
+def test_make_lab_reset_keeps_every_earlier_copy(tmp_path):
+    """Each reset moves the student's copy to build/lab/previous/ under a new number and says
+    where, in Chinese: two resets after two different edits leave both edits intact."""
     words = command(make('lab-reset', 'NOTEBOOKS=02_hybridize', tmp_path=tmp_path), 'lab.py')
     assert words[-2:] == ['--reset', 'notebooks/02_hybridize.ipynb']
     assert words[words.index('--dest') + 1] == str(tmp_path / 'build' / 'lab')
     out = make('lab-reset', 'NOTEBOOKS=02_hybridize', tmp_path=tmp_path, dry=False)
     assert out.returncode == 0, out.stderr
-    assert 'started afresh from notebooks/02_hybridize.ipynb' in out.stdout
-    copy = tmp_path / 'build' / 'lab' / 'notebooks' / '02_hybridize.ipynb'
-    (tmp_path / 'build' / 'run').mkdir()
+    assert '已从 notebooks/02_hybridize.ipynb 重新复制' in out.stdout and '保存在' not in out.stdout
+    lab_dir = tmp_path / 'build' / 'lab'
+    copy = lab_dir / 'notebooks' / '02_hybridize.ipynb'
+    fresh, edits = copy.read_bytes(), []
+    for n, notes in enumerate(['第一次的练习', '第二次的练习'], 1):
+        nb = json.loads(fresh)
+        nb['cells'][0]['source'] = notes
+        copy.write_text(json.dumps(nb, ensure_ascii=False), encoding='utf-8')
+        edits.append(copy.read_bytes())
+        out = make('lab-reset', 'NOTEBOOKS=02_hybridize', tmp_path=tmp_path, dry=False)
+        assert out.returncode == 0, out.stderr
+        kept = lab_dir / 'previous' / 'notebooks' / f'02_hybridize.{n}.ipynb'
+        assert f'你原来的副本保存在 {os.path.relpath(kept, ROOT)}' in out.stdout, out.stdout
+        assert copy.read_bytes() == fresh
+    assert [(lab_dir / 'previous' / 'notebooks' / f'02_hybridize.{n}.ipynb').read_bytes()
+            for n in (1, 2)] == edits
+
+
+def test_make_clean_and_distclean_keep_the_lab_folder(tmp_path):
+    lab.copy_notebooks(tmp_path / 'build' / 'lab', ['notebooks/02_hybridize.ipynb'])
+    (tmp_path / 'build' / 'lab' / 'previous').mkdir()
+    (tmp_path / 'build' / 'lab' / 'previous' / '02_hybridize.1.ipynb').write_text('{}')
+    lab_files = tree(tmp_path / 'build' / 'lab')
+    venvs = ['GPU_BUILD_VENV=' + str(tmp_path / 'venv-cu112')]  # never the checkout's
+    out = make('distclean', *venvs, tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    removed = [w for ln in out.stdout.splitlines() if ln.startswith('rm ') for w in ln.split()[2:]]
+    assert removed and all(w.startswith(str(tmp_path)) for w in removed), out.stdout
+    for folder in ('build/run', 'build/stored', 'venv', 'venv-cu112'):
+        (tmp_path / folder).mkdir()
     assert make('clean', tmp_path=tmp_path, dry=False).returncode == 0
-    assert copy.is_file() and not (tmp_path / 'build' / 'run').exists()
+    assert tree(tmp_path / 'build' / 'lab') == lab_files and (tmp_path / 'venv').is_dir()
+    assert [p.name for p in (tmp_path / 'build').iterdir()] == ['lab']
+    assert make('distclean', *venvs, tmp_path=tmp_path, dry=False).returncode == 0
+    assert tree(tmp_path / 'build' / 'lab') == lab_files
+    assert not (tmp_path / 'venv').exists() and not (tmp_path / 'venv-cu112').exists()
 
 
 # ---------------------------------------------------------------- pins

@@ -4,6 +4,8 @@ import json
 import re
 from pathlib import Path
 
+from d2lzh import project
+
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / 'tests' / 'data' / 'make-run-mxnet-2cores.json'
 
@@ -20,6 +22,21 @@ def test_first_screen_names_the_commands_a_reader_needs():
         assert command in screen, command
     assert screen.index('make run') < screen.index('make test'), 'make test is for contributors'
     assert len(screen.splitlines()) <= 30
+
+
+def test_first_screen_clones_the_repository_and_warns_of_the_cuda_build_of_torch():
+    """The clone command names the repository of pyproject.toml's Source URL; the line of
+    ``make run EDITION=pytorch`` says how to get the CPU build of the pinned torch first."""
+    owner, repo, _ = project.repository()
+    screen = _first_screen()
+    assert f'git clone https://github.com/{owner}/{repo}.git && cd {repo}\n' in screen
+    pin = re.search(r'^torch==(\S+)$', (ROOT / 'requirements-torch.txt').read_text(), re.M)[1]
+    cpu = f'pip install torch=={pin} --index-url https://download.pytorch.org/whl/cpu'
+    line = next(ln for ln in screen.splitlines() if 'make run EDITION=pytorch' in ln)
+    assert 'CUDA' in line and cpu in line, line
+    for name in ('README.md', 'requirements-torch.txt'):     # every mention: the pin
+        text = (ROOT / name).read_text(encoding='utf-8')
+        assert set(re.findall(r'torch==(\S+)', text)) == {pin}, name
 
 
 def test_first_screen_costs_come_from_the_recorded_run():
