@@ -39,7 +39,7 @@ override EDITION := $(firstword $(args))
 override NOTEBOOKS := $(wordlist 2,$(words $(args)),$(args))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help venv data run test cloud-test lab lab-reset html clean distclean test-gpu-build
+.PHONY: help venv data run test test-gpu cloud-test lab lab-reset html clean distclean test-gpu-build
 
 help:  ## this list. EDITION=mxnet|pytorch|all, NOTEBOOKS=...: which notebooks; BUILD=DIR: where run, html write (default build); README: all variables
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "make %-15s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
@@ -88,6 +88,11 @@ test: data  ## unit tests of d2lzh + nbval on the notebooks
 	D2LZH_MAX_EXAMPLES=$${D2LZH_MAX_EXAMPLES:-$(TEST_MAX_EXAMPLES)} $(PY) -m pytest \
 	  --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  -n $(TEST_JOBS) --dist loadfile -p no:cacheprovider $(strip $(TESTS) $(NOTEBOOKS))
+
+# The GPU check: nbval on the PyTorch notebooks on this machine's GPUs, each on as many GPUs as
+# stored it, all the data (scripts/gpu_check.py); one that needs more GPUs is skipped.
+test-gpu: venv  ## nbval on the PyTorch notebooks (or NOTEBOOKS) on this machine's GPUs
+	$(PY) scripts/gpu_check.py $(filter notebooks/pytorch/%,$(NOTEBOOKS))
 
 CLOUD_PYTHON ?= $(PYTHON)
 cloud-test: data  ## open notebooks alone, as on Colab: fresh numpy-2 venv, no d2lzh, no MXNet

@@ -8,6 +8,7 @@ cloud runtime or a GPU machine without fonts draws Chinese, not boxes.
 import importlib.util
 import json
 import os
+import re
 import warnings
 
 _CJK_FONTS = ('WenQuanYi Micro Hei', 'WenQuanYi Zen Hei', 'Noto Sans CJK SC', 'Noto Sans SC',
@@ -143,7 +144,7 @@ def load_trace(trace):
         return json.load(f)
 
 
-def timeline(trace, ax=None, title=None, rows=None, legend=6):
+def timeline(trace, ax=None, title=None, rows=None, legend=6, colours=None):
     """Draw a profiler's Chrome trace as a timeline and return the Axes (beyond the book).
 
     One row per process/thread of the trace (an MXNet device and engine thread, a PyTorch
@@ -152,8 +153,9 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     ``torch.profiler``'s ``export_chrome_trace`` write (parsed, or the file's path; read by
     :func:`events`; it also opens in ui.perfetto.dev). ``ax``: draw there (None: a
     new figure); ``rows(label) -> bool`` keeps the rows it accepts; the ``legend`` most
-    frequent operations get a colour and a legend entry, named by :func:`short_name`; the
-    profiler's records about itself are left out. ValueError: the trace holds no timed event.
+    frequent operations get a colour and a legend entry, named by :func:`short_name` (or take
+    ``colours``, e.g. another panel's ``ax.timeline_colours``); the profiler's records about
+    itself are left out. ValueError: the trace holds no timed event.
     """
     from collections import Counter, defaultdict
 
@@ -168,8 +170,8 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
     for start, end, pid, tid, name, cat in events(trace):
         if not _internal({'cat': cat, 'name': name}, ''):
             bars[(pid, tid)].append((start, end - start, short_name(name)))
-    label = {k: ' '.join(filter(None, (names.get((k[0], None)), names.get(k)))) or f'{k[0]}/{k[1]}'
-             for k in bars}
+    label = {k: re.sub(r'\bstream (\d+)', r'CUDA 流 \1', re.sub(r'\bthread (\d+)', r'线程 \1', ' '.join(
+        filter(None, (names.get((k[0], None)), names.get(k)))))) or f'{k[0]}/{k[1]}' for k in bars}
     for text in set(label.values()):  # several threads of one process: number them
         same = sorted(k for k in label if label[k] == text)
         for i, k in enumerate(same if len(same) > 1 else []):
@@ -180,7 +182,7 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
         raise ValueError('timeline: the trace holds no timed event (ph X, or B/E pairs)')
     t0 = min(ts for k in keys for ts, _, _ in bars[k])
     common = [n for n, _ in Counter(n for k in keys for _, _, n in bars[k]).most_common(legend)]
-    colours = {n: f'C{i}' for i, n in enumerate(common)}
+    colours = colours or {n: f'C{i}' for i, n in enumerate(common)}
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(keys)))
     span = max(ts + dur for k in keys for ts, dur, _ in bars[k]) - t0  # a bar's least width
@@ -196,4 +198,5 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6):
               bbox_to_anchor=(1.01, 1))
     if title:
         ax.set_title(title)
+    ax.timeline_colours = colours
     return ax

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a GPU machine without a package index and without Jupyter lacks to run the
 # notebooks and the bench (docs/gpu-runs.md), in one folder to copy there:
-#   kernel/  the Jupyter kernel's wheels (installed there with pip --target)
+#   kernel/  the Jupyter kernel's and nbval's wheels (installed there with pip --target)
 #   wheels/  a d2lzh wheel and d2lzh's small dependencies: the package index the notebooks'
 #            setup cell sees there (PIP_FIND_LINKS)
 #   data/    the Fashion-MNIST files
@@ -23,7 +23,8 @@ if [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -d "$out/wheels" ]; then
   echo "error: $out is not empty and holds no earlier bundle: name a new folder" >&2; exit 1
 fi
 rm -rf "$out" && mkdir -p "$out/kernel" "$out/wheels" "$out/data"
-"${download[@]}" -d "$out/kernel" $(grep -E '^(ipykernel|nbclient)==' requirements-cloud.txt)
+"${download[@]}" -d "$out/kernel" $(grep -E '^(ipykernel|nbclient)==' requirements-cloud.txt) \
+  $(grep -E '^(nbval|pytest|pytest-timeout)==' requirements.txt)   # make test-gpu's nbval
 "${download[@]}" --no-deps -d "$out/wheels" tqdm psutil setuptools
 # d2lzh's font package (pyproject.toml), 57 MB of which d2lzh uses one 5 MB font: the bundle
 # carries the same wheel without its Noto Sans CJK files (its RECORD rewritten to match).

@@ -65,33 +65,3 @@ def debian_dir():
             pytest.fail(f'{DEBIAN_DIR} is missing: .ci/run must install dataset-fashion-mnist')
         pytest.skip(f'{DEBIAN_DIR} not installed (apt-get install dataset-fashion-mnist)')
     return DEBIAN_DIR
-
-
-# nbval names a failing cell "Cell 3" (its index among the code cells); make run and
-# Jupyter name it by its execution count. Give nbval's report the same name as
-# make run: `cell [4] "first line of its source"` (scripts/run_notebooks.py:cell_label).
-def _cell_labeller():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        '_run_notebooks', Path(__file__).resolve().parent.parent / 'scripts' / 'run_notebooks.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.cell_label
-
-
-def pytest_collection_modifyitems(items):
-    nb_items = [i for i in items if type(i).__name__ == 'IPyNbCell' and hasattr(i, 'cell')]
-    if not nb_items:
-        return
-    cell_label = _cell_labeller()
-    for item in nb_items:
-        label = cell_label(item.cell)
-        item.reportinfo = (lambda item=item, text=f'{item.nodeid} = {label}':
-                           (item.fspath, 0, text))
-        original = item.repr_failure
-
-        def repr_failure(excinfo, original=original, label=label, item=item):
-            text = str(original(excinfo))
-            return (f'{item.fspath.basename}: {label} failed '
-                    f'(nbval\'s Cell {item.cell_num})\n' + text)
-        item.repr_failure = repr_failure

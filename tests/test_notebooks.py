@@ -19,6 +19,8 @@ import pytest
 import d2lzh
 from d2lzh import project
 
+import nbval_tags
+
 ROOT = Path(__file__).resolve().parent.parent
 MXNET_NOTEBOOKS = [ROOT / path for path in project.notebooks('mxnet')]
 TORCH_NOTEBOOKS = [ROOT / path for path in project.notebooks('pytorch')]
@@ -178,8 +180,9 @@ def test_nbval_markers_are_cell_tags(path):
             f'{where}: an nbval comment; make it a tag (e.g. nbval-ignore-output)'
         tags = cell.metadata.get('tags', [])
         assert isinstance(tags, list) and all(isinstance(t, str) for t in tags), where
-        unknown = sorted(set(tags) - set(metadata_tags))
-        assert not unknown, f'{where}: tags {unknown} are none of nbval\'s {sorted(metadata_tags)}'
+        unknown = sorted(set(tags) - set(metadata_tags) - set(nbval_tags.TAGS))
+        assert not unknown, (f'{where}: tags {unknown} are none of nbval\'s '
+                             f'{sorted(metadata_tags)} nor the project\'s {nbval_tags.TAGS}')
         assert 'nbval-raises-exception' not in tags, \
             f'{where}: tag raises-exception, which make run (nbclient) also honours'
     setup = _code_cells(_load(path))[0]
@@ -258,3 +261,34 @@ def test_nbval_names_the_failing_cell_as_jupyter_does(tmp_path):
     assert 'mismatch.ipynb: cell [2] "print(x + 1)" failed (nbval\'s Cell 1)' in out.stdout, \
         out.stdout
     assert '1 failed, 3 passed' in out.stdout, out.stdout
+
+
+# A markdown sentence that says which machine stored the outputs, or states a figure or
+# direction that only a run knows: such things are printed by code (d2l.setup_report() prints
+# the machine). A quotation is marked: a blockquote (`> `), or a sentence that names its
+# source: docs/reference-figures.md, a bench JSON (bench/results/, 基准运行) or the other
+# edition's notebook, whose figures tests/test_book_coverage.py checks against that source.
+QUOTED = ('reference-figures', 'bench/results', '基准运行', 'PyTorch 版的笔记本', 'MXNet 版的笔记本')
+RUN_WORDS = r'(存储的(输出|这次运行|运行)|输出(都)?来自|本次运行|这次运行|上面的输出|实测|测得)'
+STORED_MACHINE = re.compile(RUN_WORDS + r'[^。；\n]*?(H100|H200|A100|V100|\d+ ?(个)?核|没有 ?GPU 的'
+                            r'|\d+ ?块 ?(GPU|H100|H200))')
+RUN_FIGURE = re.compile(RUN_WORDS + r'[^。；\n]*?\d+(\.\d+)? ?(秒|毫秒|微秒|倍|×|images/s|张/秒|MB|GB|%)')
+
+
+def _sentences(markdown):
+    for paragraph in re.split(r'\n\s*\n', markdown):
+        if paragraph.lstrip().startswith('>'):
+            continue
+        for sentence in re.split(r'(?<=[。！？])', paragraph):
+            if not any(source in sentence for source in QUOTED):
+                yield sentence
+
+
+@pytest.mark.parametrize('path', NOTEBOOKS, ids=IDS)
+def test_markdown_states_nothing_only_a_run_knows(path):
+    """No markdown cell names the machine that stored the outputs or a figure the run
+    measured: the code prints them, so they change with the outputs."""
+    found = [s.strip()[:120] for c in _load(path).cells if c.cell_type == 'markdown'
+             for s in _sentences(c.source) if STORED_MACHINE.search(s) or RUN_FIGURE.search(s)]
+    assert not found, 'markdown that only a run can know (print it from code):\n' + \
+        '\n'.join(found)
