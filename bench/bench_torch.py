@@ -333,7 +333,8 @@ def main():
     if n_gpu >= 1:
         ddp = {}
         for graph in (False, True):
-            # d2l.run_ddp refuses cuda_graph with several processes (it hung on 2x H200)
+            # one process with the graph (bench_ddp_scaling.py measures several: they run since
+            # the worker follows PyTorch's conditions for capturing DDP, d2lzh/torch/ddp.py)
             for world in [1] if graph else sorted({1, min(2, n_gpu)}):
                 key = f"{world}{'_graph' if graph else ''}"
                 try:
