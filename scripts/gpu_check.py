@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / 'tests'))
 from d2lzh import project  # noqa: E402
-from nbval_tags import present_gpus  # noqa: E402
+from nbval_tags import present_gpus, stored_gpus  # noqa: E402
 
 
 def run_one(path, gpus, scratch):
@@ -54,8 +54,7 @@ def main(argv=None):
             nb = project.find(path)
             if nb is None or nb.edition != 'pytorch':
                 sys.exit(f'error: {path} is not a PyTorch notebook of d2lzh/project.py')
-            need = int(json.loads((ROOT / nb.path).read_text(encoding='utf-8'))['metadata']
-                       .get('d2lzh', {}).get('stored_gpus', 0))
+            need = stored_gpus(json.loads((ROOT / nb.path).read_text(encoding='utf-8'))['metadata'])
             if need == 0 or here < need:
                 why = '存储的输出来自 CPU' if need == 0 else f'存储它的机器有 {need} 块 GPU，这里只有 {here} 块'
                 print(f'{nb.path}: 跳过（{why}）')

@@ -19,7 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / 'tests'))
 from d2lzh import project  # noqa: E402  (no framework import: project.py is plain Python)
+from nbval_tags import stored_gpus  # noqa: E402
 
 LIMIT = 0.05  # at most 5 % of an edition's output cells compared nowhere
 MEASUREMENT = re.compile(r'\d(?:\.\d+)?\s*(?:ms|us|sec|s\b|秒|毫秒|微秒|MB|GB|MiB|GiB|images/s|'
@@ -40,7 +42,7 @@ def classify(path):
     """{'cpu': n, 'gpu': n, 'nowhere': [(cell number, reason, measures)], 'measured': n,
     'cells': n} for the notebook at ``path`` (relative to the repository root)."""
     nb = json.loads((ROOT / path).read_text(encoding='utf-8'))
-    on_gpus = int(nb['metadata'].get('d2lzh', {}).get('stored_gpus', 0)) > 0
+    on_gpus = stored_gpus(nb['metadata']) > 0
     row = {'cells': 0, 'cpu': 0, 'gpu': 0, 'measured': 0, 'nowhere': []}
     code = [c for c in nb['cells'] if c['cell_type'] == 'code']
     for number, cell in enumerate(code, 1):

@@ -14,6 +14,7 @@
 reason in its metadata ``d2lzh.ignore`` (scripts/nbval_coverage.py prints them).
 """
 import configparser
+import functools
 import os
 import re
 import shutil
@@ -26,8 +27,10 @@ MEASURED_RULES = Path(__file__).resolve().parent / 'nbval_measured.cfg'
 TAGS = ('measured', 'stored-machine')
 
 
+@functools.lru_cache(maxsize=None)
 def measured_rules(path=MEASURED_RULES):
-    """[(name, compiled regex, replacement)] of tests/nbval_measured.cfg, in file order."""
+    """[(name, compiled regex, replacement)] of a sanitize file (default
+    tests/nbval_measured.cfg), in file order; read once per file."""
     parser = configparser.ConfigParser()
     parser.read(path, encoding='utf-8')
     def unquoted(value):  # configparser strips spaces: a value in quotes keeps them
@@ -59,9 +62,9 @@ def present_gpus():
     return sum(line.startswith('GPU ') for line in out.stdout.splitlines())
 
 
-def stored_gpus(nb):
-    """The GPUs of the machine that stored notebook ``nb`` (its metadata; 0: a CPU)."""
-    return int(nb.metadata.get('d2lzh', {}).get('stored_gpus', 0))
+def stored_gpus(metadata):
+    """The GPUs of the machine that stored a notebook, from its ``metadata`` (0: a CPU)."""
+    return int(metadata.get('d2lzh', {}).get('stored_gpus', 0))
 
 
 def apply(item, gpus):
@@ -72,7 +75,7 @@ def apply(item, gpus):
         rules, base = measured_rules(), item.sanitize
         item.sanitize = lambda s, rules=rules, base=base: (
             mask(base(s), rules) if isinstance(s, str) else base(s))
-    if 'stored-machine' in tags and stored_gpus(item.parent.nb) != gpus:
+    if 'stored-machine' in tags and stored_gpus(item.parent.nb.metadata) != gpus:
         item.options['check'] = False
     if item.cell.source.rstrip().endswith(';'):
         # IPython hides the value of a cell ending in ';' by reading the cell from its history;

@@ -2,7 +2,6 @@
 word, a verdict or a whole line (tests/nbval_sanitize.cfg for every cell, then
 tests/nbval_measured.cfg for cells tagged ``measured``; tests/nbval_tags.py)."""
 import collections
-import configparser
 import json
 import re
 from pathlib import Path
@@ -20,13 +19,6 @@ ALLOWED_WORDS = {'sec', 's', 'ms', 'us', 'cpu', 'gpu', 'cpu_pinned', 'DEVICE', '
 WORD = re.compile(r'[A-Za-z_]+|[\u4e00-\u9fff]')
 
 
-def _rules(path):
-    parser = configparser.ConfigParser()
-    parser.read(path, encoding='utf-8')
-    return [(name, re.compile(parser[name]['regex']), parser[name]['replace'])
-            for name in parser.sections()]
-
-
 def _outputs():
     """(notebook, tags, text) of every stored text output."""
     for path in project.notebooks('all'):
@@ -42,7 +34,7 @@ def test_no_rule_masks_a_word_or_a_line(capsys):
     """Every match of every rule holds only digits, punctuation, units and device or GPU
     names; no line loses all its words; the masked outputs of a measured cell keep every
     verdict word (快/慢/相同/True/False ...). Prints, per rule, how many matches and examples."""
-    base, measured = _rules(BASE), nbval_tags.measured_rules()
+    base, measured = nbval_tags.measured_rules(BASE), nbval_tags.measured_rules()
     seen = collections.defaultdict(collections.Counter)
     for path, tags, text in _outputs():
         rules = base + (measured if 'measured' in tags else [])
