@@ -147,15 +147,14 @@ def load_trace(trace):
 def timeline(trace, ax=None, title=None, rows=None, legend=6, colours=None):
     """Draw a profiler's Chrome trace as a timeline and return the Axes (beyond the book).
 
-    One row per process/thread of the trace (an MXNet device and engine thread, a PyTorch
-    thread or CUDA stream), its operators as bars on a time axis in milliseconds, so that what
-    runs at the same time is seen side by side. ``trace``: what ``mx.profiler.dump()`` or
-    ``torch.profiler``'s ``export_chrome_trace`` write (parsed, or the file's path; read by
-    :func:`events`; it also opens in ui.perfetto.dev). ``ax``: draw there (None: a
-    new figure); ``rows(label) -> bool`` keeps the rows it accepts; the ``legend`` most
-    frequent operations get a colour and a legend entry, named by :func:`short_name` (or take
-    ``colours``, e.g. another panel's ``ax.timeline_colours``); the profiler's records about
-    itself are left out. ValueError: the trace holds no timed event.
+    One row per process/thread of the trace (an MXNet device and engine thread, a PyTorch thread or
+    CUDA stream), its operators as bars on a time axis in milliseconds, so that what runs at the
+    same time is seen side by side. ``trace``: what ``mx.profiler.dump()`` or ``torch.profiler``'s
+    ``export_chrome_trace`` write (parsed, or the file's path; read by :func:`events`; it also
+    opens in ui.perfetto.dev). ``ax``: draw there (None: a new figure); ``rows(label) -> bool``
+    keeps the rows it accepts; the ``legend`` most frequent operations get a colour and a legend
+    entry, named by :func:`short_name` (``colours``: another panel's ``ax.timeline_colours``); the
+    profiler's records about itself are left out. ValueError: the trace holds no timed event.
     """
     from collections import Counter, defaultdict
 

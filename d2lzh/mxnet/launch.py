@@ -142,8 +142,9 @@ class Supervisor:
     call = functools.partialmethod(_run, subprocess.call)
     check_call = functools.partialmethod(_run, subprocess.check_call)
 
-    def running(self):
-        return [c for c in self.children if c.poll() is None]
+    def running(self):  # in one order whatever dmlc's threads started first: it is printed
+        return sorted((c for c in self.children if c.poll() is None),
+                      key=lambda c: ('scheduler', 'worker', 'server').index(c.role))
 
     def stop_all(self, grace):
         """SIGTERM every child's process group, SIGKILL what is left after ``grace`` s."""
