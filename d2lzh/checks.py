@@ -27,10 +27,9 @@ def choose_gpus(num, gpus, describe=str, stacklevel=3):
     gpus = list(gpus)
     if gpus and len(gpus) < num:
         names = ', '.join(describe(i) for i in gpus)
-        warnings.warn(f'asked for {num} GPUs but only {len(gpus)} work here ({names}); '
-                      f'using {len(gpus)}. The code runs with fewer devices; ask for at '
-                      f'most {len(gpus)} to silence this warning.', RuntimeWarning,
-                      stacklevel=stacklevel)
+        warnings.warn(f'要 {num} 块 GPU，这里只有 {len(gpus)} 块能用（{names}）：就用这 '
+                      f'{len(gpus)} 块，代码在较少的设备上照样能跑；最多要 {len(gpus)} 块就'
+                      '不会有这条警告。', RuntimeWarning, stacklevel=stacklevel)
     return gpus[:num]
 
 

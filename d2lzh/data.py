@@ -176,23 +176,22 @@ def download_fashion_mnist(dest, url=None, progress=True):
 def _why_unusable(folder):
     """Why ``folder`` cannot provide the data (one phrase), or None if it can."""
     if not folder.exists():
-        return 'it does not exist'
+        return '它不存在'
     if not folder.is_dir():
-        return 'it is not a folder'
+        return '它不是文件夹'
     if not os.access(folder, os.R_OK | os.X_OK):
-        return 'it cannot be read (permissions)'
+        return '没有读取它的权限'
     missing = [spec.name + '.gz' for spec in FILES.values() if _file_in(folder, spec) is None]
     if missing:
-        verb = 'is' if len(missing) == 1 else 'are'
-        return (f'{len(missing)} of the {len(FILES)} files {verb} missing: '
-                + ', '.join(missing) + ' (or the same names without .gz)')
+        return (f'{len(FILES)} 个文件中缺了 {len(missing)} 个：' + ', '.join(missing)
+                + '（或去掉 .gz 的同名文件）')
     return None
 
 
 def _warn_skipped(folder, why, reason, later):
     """Warn that a folder the user named is skipped, before anything else is tried."""
     named = f'D2LZH_DATA_DIR={folder}' if why == '$D2LZH_DATA_DIR' else f'root={folder}'
-    warnings.warn(f'{named} cannot be used: {reason}. {later}', DataDirWarning, stacklevel=3)
+    warnings.warn(f'{named} 不能用：{reason}。{later}', DataDirWarning, stacklevel=3)
 
 
 def find_fashion_mnist(root=None, download=True, progress=True):
@@ -210,10 +209,9 @@ def find_fashion_mnist(root=None, download=True, progress=True):
             return folder
         if why in _USER_NAMED:
             rest = ', '.join(f'{d} ({w})' for d, w in searched[i + 1:])
-            then = (f'; if none has the data, it is downloaded into {searched[0][0]}'
-                    + ('' if root is not None else ' (or the next writable place)')
-                    if download else '')
-            _warn_skipped(folder, why, reason, f'Looking next in: {rest}{then}')
+            then = (f'；哪里都没有数据时，下载到 {searched[0][0]}'
+                    + ('' if root is not None else '（或下一个可写的位置）') if download else '')
+            _warn_skipped(folder, why, reason, f'接着在这些位置找：{rest}{then}')
     failure = 'downloading was not allowed (download=False)'
     if download:
         targets = [(d, why) for d, why in searched if d != SYSTEM_DIR]
@@ -224,8 +222,8 @@ def find_fashion_mnist(root=None, download=True, progress=True):
             except (OSError, http.client.HTTPException, CorruptDataError) as err:
                 errors.append(f'{target}: {err}')
                 if why in _USER_NAMED and i + 1 < len(targets) and root is None:
-                    _warn_skipped(target, why, f'downloading into it failed ({err})',
-                                  f'Downloading into {targets[i + 1][0]} instead')
+                    _warn_skipped(target, why, f'下载到这里失败（{err}）',
+                                  f'改为下载到 {targets[i + 1][0]}')
         failure = 'the download failed: ' + '; '.join(errors)
     places = '\n'.join(f'  * {folder} ({why})' for folder, why in searched)
     raise FashionMNISTNotFoundError('Fashion-MNIST was not found. Searched, in this order:\n'
@@ -265,10 +263,9 @@ def _read_fast(folder, spec):
         except CorruptDataError as err:
             if not packed.is_file():
                 raise
-            warnings.warn(f'{plain.name} in {folder} fails verification and was not used '
-                          f'({str(err).splitlines()[0]}); reading {packed.name} instead and '
-                          'replacing the copy with a verified one.', DataDirWarning,
-                          stacklevel=3)
+            warnings.warn(f'{folder} 中的 {plain.name} 没有通过校验，不用它（'
+                          f'{str(err).splitlines()[0]}）；改读 {packed.name}，并换上校验过的'
+                          '解压文件。', DataDirWarning, stacklevel=3)
     content = _read_verified(packed, spec)
     if os.environ.get('D2LZH_DATA_COPY', '1') != '0' and \
             folder.resolve() != SYSTEM_DIR.resolve():
@@ -329,8 +326,8 @@ def main():
     except (FashionMNISTNotFoundError, CorruptDataError) as err:
         print(f'error: {err}', file=sys.stderr)
         return 1
-    print(f'Fashion-MNIST verified in {folder}: {len(train_x)} training and {len(test_x)} '
-          'test images')
+    print(f'Fashion-MNIST 已通过校验，位于 {folder}：{len(train_x)} 张训练图像和 '
+          f'{len(test_x)} 张测试图像')
     return 0
 
 

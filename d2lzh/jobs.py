@@ -69,14 +69,14 @@ def watch(timeout, who, on_deadline=None, interval=0.5):
         while True:
             time.sleep(interval)
             if deadline is not None and time.monotonic() > deadline:
-                message = f'{who} (pid {os.getpid()}): deadline of {timeout:g} s passed, exiting'
+                message = f'{who}（pid {os.getpid()}）：已过 {timeout:g} 秒的期限，退出'
                 print(message, file=sys.stderr, flush=True)
                 if on_deadline is not None:
                     on_deadline(message)
                 os._exit(124)
             if os.getppid() != parent or (launcher is not None and not _alive(launcher)):
-                print(f'{who} (pid {os.getpid()}): its launcher (pid {launcher or parent}) has '
-                      'gone, exiting', file=sys.stderr, flush=True)
+                print(f'{who}（pid {os.getpid()}）：它的启动器（pid {launcher or parent}）已经'
+                      '不在了，退出', file=sys.stderr, flush=True)
                 os._exit(1)
 
     thread = threading.Thread(target=run, name='d2lzh-watch', daemon=True)

@@ -43,8 +43,8 @@ def _use_chinese_font():
         matplotlib.rcParams['font.sans-serif'] = [found[0]] + [f for f in fonts if f != found[0]]
         matplotlib.rcParams['axes.unicode_minus'] = False
     else:
-        warnings.warn('d2lzh.plot: no Chinese font, so Chinese labels show as boxes; install '
-                      "d2lzh's font with: pip install mpl-font==1.1.0", stacklevel=3)
+        warnings.warn('d2lzh.plot：没有中文字体，图中的中文会显示成方框；安装 d2lzh 用的字体：'
+                      'pip install mpl-font==1.1.0', stacklevel=3)
 
 
 def set_figsize(figsize=(5.0, 3.0)):
@@ -191,7 +191,7 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6, colours=None):
                        facecolors=[colours.get(n, 'lightgray') for _, _, n in bars[k]])
     ax.set_yticks(range(len(keys)))
     ax.set_yticklabels([label[k] for k in keys])
-    ax.set_xlabel('ms')
+    ax.set_xlabel('毫秒')
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
               labels=list(colours), fontsize='small', loc='upper left',
               bbox_to_anchor=(1.01, 1))

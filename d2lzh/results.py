@@ -172,14 +172,14 @@ def load_reference(path, timeout=30):
             return json.load(f)
     base = os.environ.get(REFERENCE_URL_ENV)
     url = base.rstrip('/') + '/' + path if base else project.url(path)
-    why = 'no repository URL is known'
+    why = '不知道仓库的网址'
     if url is not None:
         import urllib.request
         try:
             with urllib.request.urlopen(url, timeout=timeout) as response:
                 return json.loads(response.read().decode('utf-8'))
         except (OSError, ValueError) as err:  # no network, HTTP error, not JSON
-            why = f'downloading {url} failed ({type(err).__name__}: {err})'
-    print(f'd2lzh: {path} is not here (this notebook was opened without the repository) and '
-          f'{why}; going on without it: what it holds is skipped')
+            why = f'下载 {url} 失败（{type(err).__name__}: {err}）'
+    print(f'd2lzh：这里没有 {path}（本笔记本不是在仓库里打开的），而且{why}；'
+          '跳过用到它的内容，继续运行')
     return None

@@ -44,11 +44,7 @@ class Timer:
         self._start = time.perf_counter()
 
     def stop(self):
-        """End the current interval and return its length in seconds.
-
-        Raises:
-            RuntimeError: ``start()`` was not called first.
-        """
+        """End the interval and return its length, seconds. RuntimeError: no ``start()`` first."""
         if self._start is None:
             raise RuntimeError('Timer.stop() called before Timer.start()')
         self.times.append(time.perf_counter() - self._start)
@@ -73,25 +69,40 @@ def format_ratio(value):
     return f'{value:.{digits}f}'
 
 
+#: A speed-up is called faster or slower only when every repeat lies on one side of 1 and the
+#: median is at least this far from 1 (10 %); anything nearer is noise on a shared machine, and
+#: one wording for it keeps a verdict from flipping between two runs of the same notebook.
+NOISE = 0.1
+
+
+def direction(median, low, high):
+    """+1 (faster), -1 (slower) or 0 (no clear difference) for a ratio ``median`` with range
+    ``low`` .. ``high``: the rule of :data:`NOISE`, shared by :class:`Speedup` and the summary."""
+    if low > 1 and median >= 1 + NOISE:
+        return 1
+    if high < 1 and median <= 1 / (1 + NOISE):
+        return -1
+    return 0
+
+
 class Speedup(namedtuple('Speedup', 'median low high repeats')):
     """A speed-up over paired repeats (beyond the book): the median of the ratios ``baseline /
-    faster``, their range ``low`` .. ``high``, and ``str()``: one Chinese sentence that never
-    states a direction its spread does not support, nor a size it rounds away."""
+    faster``, their range ``low`` .. ``high``, ``direction`` (+1, 0, -1: :func:`direction`) and
+    ``str()``: one Chinese sentence that states a direction only where ``direction`` does."""
 
     @property
-    def measurable(self):
-        """Whether every repeat points the same way (the range does not contain 1.0)."""
-        return self.low > 1 or self.high < 1
+    def direction(self):
+        """+1 faster, -1 slower, 0 no clear difference (:data:`NOISE`)."""
+        return direction(self.median, self.low, self.high)
 
     def __str__(self):
         low, high, median = map(format_ratio, (self.low, self.high, self.median))
         spread = f'{self.repeats} 次重复的中位数，范围 {low}–{high}'
-        if not self.measurable:
-            return f'在这台机器上测不出差别（比值 {median}，{spread}，包含 1）'
-        small = '，方向一致但差别不到 1%' if 0.99 < self.low and self.high < 1.01 else ''
-        if self.low > 1:
-            return f'快了 {median} 倍（{spread}{small}）'
-        return f'反而慢了：只有原来的 {median} 倍速度（{spread}{small}）'
+        if self.direction > 0:
+            return f'快了 {median} 倍（{spread}）'
+        if self.direction < 0:
+            return f'反而慢了：只有原来的 {median} 倍速度（{spread}）'
+        return f'测不出明显差别（比值 {median}，{spread}；差别不到 {NOISE:.0%} 或方向不一，算作噪声）'
 
 
 def speedup(baseline, faster):

@@ -56,24 +56,23 @@ def setup_cell_source():
     """The text of the setup cell (str), the same for every notebook of both editions."""
     owner, repo, branch = repository()
     archive = f'https://github.com/{owner}/{repo}/archive/refs/heads/{branch}.zip'
-    return f'''{MARKER} (the same in every notebook; scripts/make_setup_cell.py writes it).
-# Where d2lzh is missing (this notebook opened alone on Colab, Kaggle, SageMaker Studio Lab or
-# any Jupyter), it installs d2lzh with pip; the notebook's first `import mxnet` or
-# `import torch` then installs the framework build that fits this machine, saying what and why.
-# Where d2lzh is installed (make run, make test, make lab), it only imports it.
+    return f'''{MARKER}：每个笔记本都一样，由 scripts/make_setup_cell.py 写入。
+# 找不到 d2lzh 时（单独打开这个笔记本：Colab、Kaggle、SageMaker Studio Lab 或任何 Jupyter），
+# 先用 pip 装上 d2lzh；之后第一次 `import mxnet` 或 `import torch` 时，再装上适合这台机器的
+# 框架版本，并说明装了什么、为什么。已经装好 d2lzh 时（make run、make test、make lab）只导入它。
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec('d2lzh') is None:
     _source = os.environ.get('D2LZH_SOURCE') or '{archive}'
-    print(f'd2lzh is not installed here: installing it with pip from {{_source}}', flush=True)
+    print(f'这里没有装 d2lzh：用 pip 从 {{_source}} 安装', flush=True)
     _pip = subprocess.run([sys.executable, '-m', 'pip', 'install', '--quiet', _source],
                           capture_output=True, text=True)
     if _pip.returncode != 0:
         _lines = [l.strip() for l in _pip.stderr.splitlines()]
         _why = ([l for l in _lines if l.startswith('ERROR')]
-                or [l for l in _lines if l.startswith('error')] or ['pip failed'])
-        raise SystemExit(f'pip could not install d2lzh from {{_source}}: {{_why[0]}}\\n'
-                         'Fix D2LZH_SOURCE (a path, wheel or URL pip accepts) or the network, '
-                         'then run this cell again.')
+                or [l for l in _lines if l.startswith('error')] or ['pip 失败'])
+        raise SystemExit(f'pip 不能从 {{_source}} 安装 d2lzh：{{_why[0]}}\\n'
+                         '请改正 D2LZH_SOURCE（pip 能安装的路径、wheel 或网址）或网络，'
+                         '再运行这个单元格。')
     importlib.invalidate_caches()
 import d2lzh.setup
 d2lzh.setup.enable()'''

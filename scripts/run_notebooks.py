@@ -233,8 +233,8 @@ def run_all(notebooks, build, timeout):
     for edition in sorted({edition_of(p) for p in notebooks}):
         check_writable(build / 'run' / edition / 'results', build)
     rows, start = [], time.perf_counter()
-    for path in notebooks:
-        print(f'running {path} ...', flush=True)
+    for number, path in enumerate(notebooks, 1):
+        print(f'[{number}/{len(notebooks)}] running {path} ...', flush=True)
         row = run_one(path, build, timeout)
         rows.append(row)
         if row['status'] == 'ok':

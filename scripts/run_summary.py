@@ -8,7 +8,7 @@ summary, on the console (:func:`summary_lines`) and in ``summary.md``, says per 
 1. what this machine can and cannot show (no GPU, two devices on the same cores, subsets, and
    the reasons a notebook gives that it did not measure: :data:`REASONS`);
 2. one takeaway per section from its headline figure and its spread: a speed-up whose range
-   covers 1x "cannot be told apart" (测不出差别), direction words only where the range allows;
+   without a clear direction (d2lzh.timing.direction) is 测不出明显差别, never faster or slower;
 3. the table: every notebook's headline figure and earlier runs (summary.md: every figure).
 
 One rule for numbers (:func:`format_value`). ``summary.png`` charts the speed-ups only
@@ -23,7 +23,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from d2lzh.timing import format_ratio  # noqa: E402
+from d2lzh.timing import direction, format_ratio  # noqa: E402
 
 TRAIN_SIZE = 60000  # Fashion-MNIST's training set (d2lzh.data.TRAIN_SIZE)
 EDITIONS = {'mxnet': ('MXNet', 'notebooks/'), 'pytorch': ('PyTorch', 'notebooks/pytorch/')}
@@ -41,7 +41,7 @@ REASONS = {
 #: Labels recorded wrongly, corrected here until their notebook records them right.
 LABEL_FIXES = ((re.compile(r'^CPU 与 cpu\((\d+)\)'), r'cpu(0) 与 cpu(\1)'),)
 READING = ('读法：加速比 = 之前的用时 / 之后的用时，取多次重复的中位数，括号里是各次重复的范围；'
-           '范围包含 1× 时写“测不出差别”，不说快慢。')
+           '各次重复不全在 1 的同一侧、或中位数离 1 不到 10% 时写“测不出明显差别”，不说快慢。')
 
 
 # ---------------------------------------------------------------- figures
@@ -85,12 +85,12 @@ def format_value(value, unit='', kind=None):
 
 
 def verdict(fig):
-    """What a ratio's range supports: ``'faster'``, ``'slower'``, ``'same'`` (the range covers
-    1) or None (no range recorded)."""
+    """What a ratio's range supports, by the notebooks' rule (:func:`d2lzh.timing.direction`):
+    ``'faster'``, ``'slower'``, ``'same'`` (no clear difference) or None (no range recorded)."""
     if not fig.get('spread'):
         return None
     low, high = fig['spread']
-    return 'faster' if low > 1 else 'slower' if high < 1 else 'same'
+    return {1: 'faster', -1: 'slower', 0: 'same'}[direction(fig['value'], low, high)]
 
 
 def _range(fig, kind):
@@ -100,12 +100,12 @@ def _range(fig, kind):
 
 
 def value_text(key, fig):
-    """``1.17×（1.16×–1.18×）``; a speed-up whose range covers 1 adds 测不出差别; an accuracy
+    """``1.17×（1.16×–1.18×）``; a speed-up without a clear direction adds 测不出明显差别; an accuracy
     near chance and one trained on a subset say so."""
     kind = kind_of(key, fig)
     text = format_value(fig['value'], fig.get('unit', ''), kind)
     if fig.get('spread'):
-        same = '，测不出差别' if kind == 'speedup' and verdict(fig) == 'same' else ''
+        same = '，测不出明显差别' if kind == 'speedup' and verdict(fig) == 'same' else ''
         text += f'（{_range(fig, kind)}{same}）'
     if kind == 'accuracy':
         if abs(fig['value'] - CHANCE) <= NEAR_CHANCE:
@@ -248,7 +248,7 @@ def takeaway(row):
     if kind in ('speedup', 'ratio') and fig.get('spread'):
         text = {'faster': f'快了 {value}（范围 {_range(fig, kind)}）',
                 'slower': f'反而慢了，只有原来速度的 {value}（范围 {_range(fig, kind)}）',
-                'same': f'测不出差别（{value}，范围 {_range(fig, kind)} 包含 1×）'}[verdict(fig)]
+                'same': f'测不出明显差别（{value}，范围 {_range(fig, kind)}）'}[verdict(fig)]
     elif kind in ('speedup', 'ratio'):
         text = f'{value}（没有记录重复的范围，不判断快慢）'
     else:
@@ -333,8 +333,9 @@ def speedups(rows_by_edition):
     return out
 
 
-COLOURS = {'faster': ('tab:green', '更快（范围在 1× 右侧）'), 'slower': ('tab:red', '更慢（范围在 1× 左侧）'),
-           'same': ('tab:gray', '测不出差别（范围包含 1×）'), None: ('tab:blue', '没有记录范围')}
+COLOURS = {'faster': ('tab:green', '更快（范围在 1 的右侧，快 10% 以上）'),
+           'slower': ('tab:red', '更慢（范围在 1 的左侧，慢 10% 以上）'),
+           'same': ('tab:gray', '测不出明显差别'), None: ('tab:blue', '没有记录范围')}
 
 
 def draw_chart(items, path):

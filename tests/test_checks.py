@@ -7,8 +7,8 @@ from d2lzh import checks
 def test_choose_gpus_rule():
     assert checks.choose_gpus(2, [0, 1, 2]) == [0, 1]
     assert checks.choose_gpus(3, []) == []  # the caller lets the CPU stand in
-    with pytest.warns(RuntimeWarning, match=r'asked for 3 GPUs but only 2 work here '
-                                            r'\(GPU-0, GPU-1\); using 2'):
+    with pytest.warns(RuntimeWarning, match=r'要 3 块 GPU，这里只有 2 块能用'
+                                            r'（GPU-0, GPU-1）：就用这 2 块'):
         assert checks.choose_gpus(3, [0, 1], lambda i: f'GPU-{i}') == [0, 1]
 
 
@@ -31,8 +31,15 @@ def test_speedup_sentence_never_rounds_a_direction_away():
     from d2lzh.timing import format_ratio, speedup
     assert [format_ratio(v) for v in (1.0, 0.994, 0.9971, 1.0004, 0.99996, 3.0)] == \
         ['1.00', '0.99', '0.997', '1.0004', '1.0000', '3.00']
-    slower = str(speedup([1.0] * 3, [1.003, 1.004, 1.002]))
-    assert slower.startswith('反而慢了：只有原来的 0.997 倍速度') and '范围 0.996–0.998' in slower
-    assert '差别不到 1%' in slower and '1.00' not in slower
+    # A clear 0.3 % is still noise: one wording, whichever side of 1 the repeats fell.
+    for faster in ([1.003, 1.004, 1.002], [0.997, 0.996, 0.998], [0.9, 1.1, 1.0]):
+        s = speedup([1.0] * 3, faster)
+        assert s.direction == 0
+        assert str(s).startswith('测不出明显差别（比值 ') and '算作噪声' in str(s)
+    assert '测不出明显差别（比值 0.997，' in str(speedup([1.0] * 3, [1.003, 1.004, 1.002]))
     assert str(speedup([1.0] * 3, [0.5, 0.6, 0.55])).startswith('快了 1.82 倍（3 次重复')
-    assert '测不出差别' in str(speedup([1.0, 1.0], [0.9, 1.1]))
+    slower = speedup([1.0] * 3, [1.3, 1.4, 1.35])
+    assert slower.direction == -1 and str(slower).startswith('反而慢了：只有原来的 0.74 倍速度')
+    # Every repeat faster but the median under 10 % (1.05): no direction either.
+    assert speedup([1.0] * 3, [0.95, 0.96, 0.94]).direction == 0
+    assert speedup([1.0] * 3, [0.9, 0.9, 0.9]).direction == 1  # 1.11: past the band

@@ -167,9 +167,9 @@ def test_fake_gpu_build_that_sees_no_gpu_says_why(fake_gpu_build, stub_driver):
     out = _run(code, driver=stub_driver, pythonpath=[site], cuda11_dir=cuda11_dir)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        'mxnet-cu112 1.9.1 is a GPU build of MXNet but finds no GPU (cudaErrorNoDevice: no '
-        'device). Falling back to the CPU. On a cloud notebook, switch the runtime to a GPU; on '
-        'a machine without an NVIDIA GPU, the CPU build `mxnet` is the one to install.')
+        'mxnet-cu112 1.9.1 是 MXNet 的 GPU 版，却找不到 GPU（cudaErrorNoDevice: no device）。'
+        '改用 CPU。在云端笔记本上，把运行时换成带 GPU 的；在没有 NVIDIA GPU 的机器上，'
+        '应安装 CPU 版 `mxnet`。')
     out = _run('from d2lzh.setup import cuda11\nprint(cuda11.no_gpu_warning())')
     assert out.stdout.strip() == 'None'                 # nothing loaded: not a GPU build
 
@@ -281,8 +281,8 @@ def test_mxnet_cu112_loads_and_try_gpu_falls_back_to_the_cpu(stub_driver):
     assert lines['try_gpu'] == 'cpu(0)'
     assert lines['sum'] == '12.0'
     assert lines['cudart'].startswith(str(cuda11.target_dir()))
-    assert out.stderr.count('finds no GPU') == 1, out.stderr
-    assert 'cudaErrorNoDevice' in out.stderr and 'Falling back to the CPU' in out.stderr
+    assert out.stderr.count('却找不到 GPU') == 1, out.stderr
+    assert 'cudaErrorNoDevice' in out.stderr and '改用 CPU' in out.stderr
 
 
 def test_mxnet_cu112_libraries_load_their_own_parts_from_the_pip_folder(stub_driver):
@@ -321,7 +321,7 @@ def test_mxnet_cu112_with_a_driver_too_old_for_cuda_11_says_update_it(stub_drive
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == 'cpu(0)'
     assert 'cudaErrorInsufficientDriver' in out.stderr
-    assert 'Update the NVIDIA driver' in out.stderr
+    assert '请更新 NVIDIA 驱动' in out.stderr
 
 
 def test_mxnet_cu112_without_d2lzh_does_not_load():

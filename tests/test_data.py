@@ -95,7 +95,7 @@ def test_incomplete_folder_is_skipped(isolated, tiny_dataset, tmp_path):
     (partial / 't10k-labels-idx1-ubyte.gz').unlink()
     for f in tiny_dataset[0].iterdir():
         shutil.copy(f, isolated['system'])
-    with pytest.warns(data.DataDirWarning, match='1 of the 4 files is missing'):
+    with pytest.warns(data.DataDirWarning, match='4 个文件中缺了 1 个'):
         assert data.find_fashion_mnist(partial) == isolated['system']
 
 
@@ -112,9 +112,9 @@ def test_decompressed_files_are_accepted(isolated, tiny_dataset, tmp_path):
 def test_no_data_no_network_lists_every_place(isolated, tmp_path, monkeypatch):
     monkeypatch.setenv('D2LZH_DATA_DIR', str(tmp_path / 'from-env'))
     with pytest.raises(data.FashionMNISTNotFoundError) as info, \
-            pytest.warns(data.DataDirWarning, match='cannot be used: it does not exist') as caught:
+            pytest.warns(data.DataDirWarning, match='不能用：它不存在') as caught:
         data.load_fashion_mnist(tmp_path / 'given-root')
-    assert [str(w.message).split(' cannot')[0] for w in caught] == [
+    assert [str(w.message).split(' 不能用')[0] for w in caught] == [
         f'root={tmp_path / "given-root"}', f'D2LZH_DATA_DIR={tmp_path / "from-env"}']
     message = str(info.value)
     for place in (tmp_path / 'given-root', tmp_path / 'from-env', isolated['cache'],
@@ -153,8 +153,8 @@ def test_corrupt_decompressed_copy_is_not_used_and_is_replaced(isolated, tiny_da
     bad = bytearray(good)
     bad[-1] ^= 0xFF
     plain.write_bytes(bytes(bad))
-    with pytest.warns(data.DataDirWarning, match='train-labels-idx1-ubyte in .* fails '
-                      'verification.*reading train-labels-idx1-ubyte.gz instead'):
+    with pytest.warns(data.DataDirWarning, match='中的 train-labels-idx1-ubyte 没有通过'
+                      '校验.*改读 train-labels-idx1-ubyte.gz'):
         _, ytr, _, _ = data.load_fashion_mnist(folder)
     np.testing.assert_array_equal(ytr, arrays['train_labels'])
     assert plain.read_bytes() == good  # replaced by a verified copy
@@ -342,16 +342,16 @@ def test_named_folder_that_cannot_be_used_is_reported_before_the_fallback(
     with pytest.warns(data.DataDirWarning) as caught:
         assert data.find_fashion_mnist() == isolated['system']
     message = str(caught[0].message)
-    assert message.startswith(f'D2LZH_DATA_DIR={partial} cannot be used: 1 of the 4 files is '
-                              'missing: t10k-labels-idx1-ubyte.gz'), message
-    assert str(isolated['system']) in message.split('Looking next in:')[1]
+    assert message.startswith(f'D2LZH_DATA_DIR={partial} 不能用：4 个文件中缺了 1 个：'
+                              't10k-labels-idx1-ubyte.gz'), message
+    assert str(isolated['system']) in message.split('接着在这些位置找：')[1]
     # the warning comes first: raised as an error, it stops the search before the fallback
     with warnings.catch_warnings():
         warnings.simplefilter('error', data.DataDirWarning)
         with pytest.raises(data.DataDirWarning):
             data.find_fashion_mnist()
     monkeypatch.delenv('D2LZH_DATA_DIR')
-    with pytest.warns(data.DataDirWarning, match=r'root=\S*nope cannot be used: it does not exist'):
+    with pytest.warns(data.DataDirWarning, match=r'root=\S*nope 不能用：它不存在'):
         assert data.find_fashion_mnist(tmp_path / 'nope') == isolated['system']
 
 
@@ -367,9 +367,9 @@ def test_named_folder_that_cannot_be_written_is_reported_before_downloading_else
     finally:
         server.close()
     messages = [str(w.message) for w in caught]
-    assert 'cannot be used: it does not exist' in messages[0]
-    assert 'cannot be used: downloading into it failed' in messages[1]
-    assert f'Downloading into {isolated["cache"]} instead' in messages[1]
+    assert '不能用：它不存在' in messages[0]
+    assert '不能用：下载到这里失败' in messages[1]
+    assert f'改为下载到 {isolated["cache"]}' in messages[1]
 
 
 def test_figures_carry_the_subset_that_choose_max_examples_picked(tmp_path, monkeypatch, capsys):
@@ -414,7 +414,7 @@ def test_load_reference_from_the_checkout_then_the_repository(tmp_path, monkeypa
     try:
         assert results.load_reference('bench/ref.json') == {'device': 'test'}
         assert results.load_reference('bench/bad.json') is None
-        assert 'bench/bad.json is not here' in capsys.readouterr().out
+        assert '这里没有 bench/bad.json' in capsys.readouterr().out
         assert results.load_reference('bench/missing.json') is None
         assert 'HTTP Error 404' in capsys.readouterr().out
     finally:
@@ -422,4 +422,4 @@ def test_load_reference_from_the_checkout_then_the_repository(tmp_path, monkeypa
     assert sorted(p.name for p in (served / 'bench').iterdir()) == ['bad.json', 'ref.json']
     monkeypatch.setattr(project, 'url', lambda path: 'http://127.0.0.1:9/' + path)
     assert results.load_reference('bench/ref.json', timeout=5) is None
-    assert 'failed (URLError' in capsys.readouterr().out
+    assert '失败（URLError' in capsys.readouterr().out

@@ -115,7 +115,7 @@ def test_gpu_runtime_without_driver(tmp_path, monkeypatch):
         query_gpus()
     plan = install.choose_mxnet(err.value)
     assert plan.package == 'mxnet==1.9.1'
-    assert 'no working driver' in plan.warning and 'run the notebook again' in plan.warning
+    assert '没有能用的驱动' in plan.warning and '再从头运行本笔记本' in plan.warning
     assert len(plan.warning.splitlines()) == 1
 
 
@@ -149,7 +149,7 @@ def test_pip_failure_is_one_line_with_the_fix(monkeypatch):
 def test_cuda11_install_failure_leaves_nothing(tmp_path, monkeypatch):
     _offline(monkeypatch)
     target = tmp_path / 'd2lzh-cuda11'
-    with pytest.raises(install.SetupError, match='CUDA 11 libraries'):
+    with pytest.raises(install.SetupError, match='CUDA 11 库'):
         install.install_cuda11(target)
     assert list(tmp_path.iterdir()) == []
 
@@ -282,8 +282,8 @@ def test_setup_cell_with_bad_source_says_what_to_do(bare_venv, tmp_path):
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 2, out.stderr
-    assert lines[0].startswith(f'pip could not install d2lzh from {tmp_path / "no-such-dir"}')
-    assert 'D2LZH_SOURCE' in lines[1] and 'run this cell again' in lines[1]
+    assert lines[0].startswith(f'pip 不能从 {tmp_path / "no-such-dir"} 安装 d2lzh')
+    assert 'D2LZH_SOURCE' in lines[1] and '再运行这个单元格' in lines[1]
     assert not _has_d2lzh(bare_venv)
 
 
@@ -292,7 +292,7 @@ def test_setup_cell_without_network_says_what_to_do(bare_venv, tmp_path, monkeyp
     out = _run_setup_cell(bare_venv, tmp_path, D2LZH_SOURCE=str(ROOT), PIP_NO_INDEX='1',
                           PIP_CONFIG_FILE=os.devnull)
     assert out.returncode == 1
-    assert out.stderr.startswith(f'pip could not install d2lzh from {ROOT}: ERROR')
+    assert out.stderr.startswith(f'pip 不能从 {ROOT} 安装 d2lzh：ERROR')
     assert len(out.stderr.strip().splitlines()) == 2
     assert not _has_d2lzh(bare_venv)
 
@@ -302,7 +302,7 @@ def test_command_line_prints_the_plan(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv('D2LZH_CUDA11_DIR', str(tmp_path / 'cuda11'))
     assert install.main(['plan']) == 0
     out = capsys.readouterr().out
-    assert out.startswith('mxnet-cu112==1.9.1: the GPU build for Tesla T4')
+    assert out.startswith('mxnet-cu112==1.9.1：Tesla T4 用的 GPU 版')
     assert str(tmp_path / 'cuda11') in out
     monkeypatch.setenv('D2LZH_MXNET_PACKAGE', 'mxnet-cu999')
     assert install.main(['plan']) == 1
@@ -317,7 +317,7 @@ def test_no_driver_keeps_the_cpu_build_and_says_so_in_one_line(tmp_path, monkeyp
     plan = install.ensure_mxnet()                # .venv has the CPU build: nothing to install
     assert plan.package == 'mxnet==1.9.1'
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and out[0].startswith('d2lzh: This runtime has an NVIDIA GPU tool')
+    assert len(out) == 1 and out[0].startswith('d2lzh：这个运行时有 NVIDIA 的 GPU 工具')
 
 
 def test_makefile_command_from_the_checkout_root(tmp_path):
@@ -334,8 +334,8 @@ def test_makefile_command_from_the_checkout_root(tmp_path):
                               env=env, capture_output=True, text=True, timeout=120)
     out = run('mxnet')
     assert out.returncode == 0, out.stderr
-    assert out.stdout == ('d2lzh: mxnet==1.9.1 is installed '
-                          '(D2LZH_MXNET_PACKAGE=mxnet asks for it)\n')
+    assert out.stdout == ('d2lzh：mxnet==1.9.1 已经装好'
+                          '（D2LZH_MXNET_PACKAGE=mxnet 指定了它）\n')
     out = run('cuda11')
     assert (out.returncode, out.stdout) == (0, f'{tmp_path}\n'), out.stderr
     out = run('nonsense')
@@ -367,18 +367,17 @@ def test_other_build_is_uninstalled_and_the_wanted_one_installed_without_deps(
     assert calls == [['install', '--target'], ['uninstall', '--yes'],
                      ['install', '--no-deps'], ['install', 'requests>=2.20,<3']]
     assert capsys.readouterr().out == (
-        'd2lzh: uninstalling mxnet 1.9.1, the other MXNet build\n')
+        'd2lzh：卸载另一个 MXNet 版本 mxnet 1.9.1\n')
     assert whys['mxnet-cu112==1.9.1'] == (
-        ': D2LZH_MXNET_PACKAGE=mxnet-cu112 asks for it (with --no-deps: its metadata asks for '
-        "numpy<2, which would replace this runtime's numpy 2.1.3; d2lzh makes MXNet work with "
-        'numpy 2)')
-    assert whys['requests'] == ' (MXNet imports it)' and str(tmp_path) in whys[
-        "NVIDIA's CUDA 11 libraries for mxnet-cu112"]
+        '：D2LZH_MXNET_PACKAGE=mxnet-cu112 指定了它（用 --no-deps：它的元数据要求 numpy<2，'
+        '会换掉这个运行时的 numpy 2.1.3；d2lzh 让 MXNet 能用 numpy 2）')
+    assert whys['requests'] == '（MXNet 要导入它）' and str(tmp_path) in whys[
+        'mxnet-cu112 用的 NVIDIA CUDA 11 库']
 
 
 def test_run_pip_says_what_and_why_and_how_long(monkeypatch, capsys):
     monkeypatch.setattr(subprocess, 'run', lambda *a, **k: subprocess.CompletedProcess(a, 0))
     install.run_pip(['install', 'x'], 'x==1', ': because')
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == 'd2lzh: installing x==1: because ...'
-    assert out[1].startswith('d2lzh: x==1 installed in ') and out[1].endswith(' s')
+    assert out[0] == 'd2lzh：正在安装 x==1: because ...'
+    assert out[1].startswith('d2lzh：x==1 装好了，用时 ') and out[1].endswith(' 秒')

@@ -76,7 +76,7 @@ def test_watch_ends_a_process_at_its_deadline():
                   'jobs.watch(0.5, "worker rank 0", interval=0.1)\ntime.sleep(30)')
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 124
-    assert 'worker rank 0' in err and 'deadline of 0.5 s passed' in err
+    assert 'worker rank 0' in err and '已过 0.5 秒的期限' in err
 
 
 def test_watch_ends_a_process_whose_launcher_is_gone():

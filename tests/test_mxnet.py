@@ -30,7 +30,7 @@ def test_unusable_gpu_falls_back_with_a_warning(monkeypatch):
     monkeypatch.setattr(mx.context, 'num_gpus', lambda: 1)
     monkeypatch.setattr(dm, 'gpu_name', lambda i: 'NVIDIA H100 80GB HBM3')
     try:
-        with pytest.warns(RuntimeWarning, match=r'GPU 0 \(NVIDIA H100 80GB HBM3\).*cannot run'):
+        with pytest.warns(RuntimeWarning, match=r'GPU 0（NVIDIA H100 80GB HBM3）.*不能在它上面运行'):
             assert d2l.try_gpu() == mx.cpu()
         assert d2l.try_all_gpus() == [mx.cpu()]  # probed once, remembered
     finally:

@@ -92,10 +92,10 @@ def test_patch_fixes_threads_and_address():
 
 
 def test_describe_exit():
-    assert launch.describe_exit(-9) == 'killed by SIGKILL'
-    assert launch.describe_exit(1) == 'exit code 1'
-    assert launch.describe_exit(137) == 'exit code 137 (= 128 + SIGKILL)'
-    assert launch.describe_exit(200) == 'exit code 200'
+    assert launch.describe_exit(-9) == '被 SIGKILL 杀死'
+    assert launch.describe_exit(1) == '退出码 1'
+    assert launch.describe_exit(137) == '退出码 137（= 128 + SIGKILL）'
+    assert launch.describe_exit(200) == '退出码 200'
 
 
 def test_launcher_requires_host_and_timeout():
@@ -110,8 +110,8 @@ def test_two_workers_equal_one_process_on_the_combined_batch(tmp_path):
     # An exported PORT would make ps-lite bind every process to one port: the launcher drops it.
     code, out, seconds, tag = run_job('--out', str(tmp_path), extra_env={'PORT': '9'})
     assert code == 0, out
-    assert 'ignoring PORT=9' in out
-    assert 'all 4 processes (1 scheduler, 1 server, 2 worker) finished' in out
+    assert '忽略 PORT=9' in out
+    assert '全部 4 个进程（1 scheduler, 1 server, 2 worker）在' in out
     assert_nothing_left(tag)
     w0 = dist.load_result(tmp_path, 'worker-0')
     w1 = dist.load_result(tmp_path, 'worker-1')
@@ -134,7 +134,7 @@ def test_step_with_the_local_batch_multiplies_the_learning_rate(tmp_path):
     # trains exactly as one process with learning rate W * lr, up to the order of the sums.
     code, out, seconds, tag = run_job('--step-batch', 'local', '--out', str(tmp_path))
     assert code == 0, out
-    assert f'global batch {2 * BATCH} (trainer.step({BATCH}): --step-batch local)' in out
+    assert f'全局批量 {2 * BATCH}（trainer.step({BATCH})：--step-batch local）' in out
     assert_nothing_left(tag)
     w0 = dist.load_result(tmp_path, 'worker-0')
     w1 = dist.load_result(tmp_path, 'worker-1')
@@ -155,7 +155,7 @@ def test_step_with_the_local_batch_multiplies_the_learning_rate(tmp_path):
 
 @pytest.mark.parametrize('mode, said, how', [
     ('raise', 'RuntimeError: worker rank 1 failed on purpose before minibatch 2', 'env'),
-    ('kill', 'killed by SIGKILL', 'cli')])
+    ('kill', '被 SIGKILL 杀死', 'cli')])
 def test_a_failing_worker_ends_the_whole_job(mode, said, how):
     """The fault reaches the worker through $D2LZH_FAULT (the seam of d2lzh.jobs), or through
     the worker's --fault, which sets it."""
@@ -164,7 +164,7 @@ def test_a_failing_worker_ends_the_whole_job(mode, said, how):
                                       extra_env={jobs.FAULT_ENV: spec} if how == 'env' else None)
     assert code == 1, out
     assert f'worker (kv.rank 1, ' in out and said in out, out
-    assert 'ending the job: stopping 3 other process(es)' in out
+    assert '结束作业：停止其余 3 个进程' in out
     if mode == 'raise':
         assert 'Traceback' in out  # the worker's own traceback
     assert seconds < 30, f'the job took {seconds:.1f} s to end'
@@ -176,7 +176,7 @@ def test_deadline_ends_a_job_that_does_not_finish():
     code, out, seconds, tag = run_job('--max-steps', '100000', '--epochs', '1000',
                                      '--timeout', '300', timeout=6)
     assert code == 124, out
-    assert 'deadline of 6 s passed; still running:' in out and 'worker (kv.rank' in out
+    assert '已过 6 秒的期限，仍在运行：' in out and 'worker (kv.rank' in out
     assert seconds < 6 + 15
     assert_nothing_left(tag)
 
@@ -229,7 +229,7 @@ def test_processes_of_remote_launchers_are_named():
     _role_of = launch._role_of
     ssh = ("ssh -o StrictHostKeyChecking=no 10.0.0.11 -p 22 'export DMLC_ROLE=server; "
            "export DMLC_NODE_HOST=10.0.0.11; cd /job; python -m d2lzh.mxnet.dist'")
-    assert _role_of(ssh, {}) == ('server', 'via ssh on 10.0.0.11')
+    assert _role_of(ssh, {}) == ('server', '经 ssh 在 10.0.0.11 上')
     mpi = 'mpirun -n 2  -x DMLC_ROLE=worker -x DMLC_NUM_WORKER=2 --hostfile hosts python x.py'
     assert _role_of(mpi, {}) == ('worker', 'mpirun')
     assert _role_of('rsync -az a b:c', {}) == (None, None)
@@ -247,7 +247,7 @@ def test_worker_watchdog_ends_a_worker_waiting_for_a_scheduler_that_never_comes(
     out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet.dist', '--timeout', '3'], env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 124, out.stderr
-    assert 'worker (pid' in out.stderr and 'deadline of 3 s passed, exiting' in out.stderr
+    assert 'worker（pid' in out.stderr and '已过 3 秒的期限，退出' in out.stderr
     assert time.monotonic() - start < 20
 
 
@@ -263,7 +263,7 @@ def test_ssh_launcher_without_host_file_is_a_clear_error():
                           '--timeout', '10', '-n', '1', 'true'],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
-    assert '--launcher ssh (the default is ssh) needs -H HOSTFILE' in out.stderr
+    assert '--launcher ssh（默认是 ssh）需要 -H HOSTFILE' in out.stderr
 
 
 def test_two_jobs_started_together_both_finish():

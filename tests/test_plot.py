@@ -33,7 +33,7 @@ def test_timeline_of_an_mxnet_trace_has_a_row_per_engine_thread(tmp_path):
     dots = [e for e in events if e.get('name') == 'dot' and e.get('ph') == 'B']
     ax = plot.timeline(path, title='two CPU contexts')
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert len(labels) >= 1 and ax.get_xlabel() == 'ms' and ax.get_title() == 'two CPU contexts'
+    assert len(labels) >= 1 and ax.get_xlabel() == '毫秒' and ax.get_title() == 'two CPU contexts'
     assert _bars(ax) >= len(dots) == 6
     assert 'dot' in [t.get_text() for t in ax.get_legend().get_texts()]
 

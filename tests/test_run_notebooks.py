@@ -387,7 +387,7 @@ def test_summary_tags_come_from_the_recorded_figures(tmp_path):
     text = (tmp_path / 'build' / 'run' / 'summary.md').read_text()
     assert '| 06_x | `ips_dp2` | 35.0 images/s | 2 个设备 = 同一组 CPU 核心 |' in text
     assert '| 06_x | `ips_ddp1` | 40.0 images/s | 1 个进程 |' in text
-    assert '| 0.90×（0.80×–1.10×，测不出差别） |' in text
+    assert '| 0.90×（0.80×–1.10×，测不出明显差别） |' in text
     assert '没有 PyTorch 能用的 GPU' in text and '不能说明两块 GPU 的情形' in text
     # the chart: every speed-up, in summary.png and on the summary page
     assert [i['key'] for i in run_summary.speedups(rows)] == ['PyTorch 06_x: dp_speedup',

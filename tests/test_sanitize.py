@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / 'tests' / 'nbval_sanitize.cfg'
 # The words a rule may take with the number it masks: units and device names, never a verdict.
 ALLOWED_WORDS = {'sec', 's', 'ms', 'us', 'cpu', 'gpu', 'cpu_pinned', 'DEVICE', 'NVIDIA', 'GB',
-                 'HBM', 'SXM', 'PCIe', 'NVL', 'e', 'E', 'x', 'BATCH'}
+                 'HBM', 'SXM', 'PCIe', 'NVL', 'e', 'E', 'x', 'BATCH', '秒', '毫', '微'}
 WORD = re.compile(r'[A-Za-z_]+|[\u4e00-\u9fff]')
 
 

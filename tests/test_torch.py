@@ -24,8 +24,8 @@ def test_too_few_gpus_warns_and_gives_those_there_are(monkeypatch):
     """As in the MXNet edition: a RuntimeWarning naming the GPUs, not an error."""
     monkeypatch.setattr(book, 'num_gpus', lambda: 1)
     monkeypatch.setattr(book, 'gpu_name', lambda i: 'NVIDIA H100 80GB HBM3')
-    with pytest.warns(RuntimeWarning, match=r'asked for 2 GPUs but only 1 work here '
-                                            r'\(cuda:0 \(NVIDIA H100 80GB HBM3\)\)'):
+    with pytest.warns(RuntimeWarning, match=r'要 2 块 GPU，这里只有 1 块能用'
+                                            r'（cuda:0 \(NVIDIA H100 80GB HBM3\)）'):
         assert d2l.try_devices(2) == [torch.device('cuda:0')]
     assert d2l.try_devices(1) == [torch.device('cuda:0')]
 
@@ -234,7 +234,7 @@ def test_train_is_the_book_loop(isolated, tiny_dataset, capsys):
     assert h['examples'] == 12 and len(h['epoch_times']) == len(h['test_acc']) == 2
     assert 0.0 <= h['test_acc'][-1] <= 1.0 and np.isfinite(h['train_loss']).all()
     assert h['images_per_s'] == 12 / min(h['epoch_times'])
-    assert capsys.readouterr().out.count('epoch ') == 2  # one line per epoch
+    assert capsys.readouterr().out.count('迭代周期 ') == 2  # one line per epoch
     h = d2l.train_data_parallel(_linear_net(), train_iter, test_iter, 1, 0.1, [CPU, CPU],
                                 verbose=False)
     assert h['examples'] == 12
@@ -308,7 +308,7 @@ def test_amp_picks_fp16_without_bf16(monkeypatch, capability, mode):
 def test_fp16_says_that_its_step_is_neither_fused_nor_recorded(monkeypatch):
     _pretend_amp_works(monkeypatch)
     monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda device=None: (7, 5))
-    with pytest.warns(RuntimeWarning, match='neither fused nor recorded'):
+    with pytest.warns(RuntimeWarning, match='既不用融合 SGD，也不录成 CUDA 图'):
         step = d2l.TrainStep(_linear_net(), d2l.FAST, 'cuda:0')
     assert step.amp == 'fp16' and not step.fused_sgd and not step.cuda_graph
     assert step.scaler.is_enabled()
@@ -417,7 +417,7 @@ def test_checkpoints_resume_and_refuse_another_optimizer(isolated, tiny_dataset,
     h1 = d2l.train_fast(_linear_net(), *_own_images(tiny_dataset), CPU, recipe, verbose=False)
     assert h1['reached'] is not None and len(h1['epoch_times']) < 30
     h2 = d2l.train_fast(_linear_net(), *_own_images(tiny_dataset), CPU, recipe)
-    assert 'and the target accuracy reached' in capsys.readouterr().out
+    assert '且已达到目标准确率' in capsys.readouterr().out
     assert h2['reached'] == h1['reached'] and h2['epoch_times'] == h1['epoch_times']
     ck2 = tmp_path / 'ck2.pt'
     recipe = dataclasses.replace(recipe, target_accuracy=1.0, epochs=2, checkpoint=ck2)
@@ -500,7 +500,7 @@ def test_failed_capture_goes_on_eagerly(isolated, tiny_dataset, monkeypatch):
     log = []
     _fake_graphs(monkeypatch, log, fail=True)
     recipe = d2l.Recipe(batch_size=5, epochs=2, cuda_graph=True)
-    with pytest.warns(RuntimeWarning, match='capturing the training step failed'):
+    with pytest.warns(RuntimeWarning, match='录制训练步骤失败'):
         h = d2l.train_fast(_linear_net(), *_ordered(tiny_dataset, 5), CPU, recipe,
                            verbose=False)
     assert [e[0] for e in log] == ['capture']  # tried once, never replayed

@@ -338,7 +338,7 @@ def test_forking_launcher_trains_and_names_a_failing_rank(debian_dir, tmp_path):
            '--out', str(tmp_path / 'out')]
     codes, outs, _ = _run([cmd], tmp_path)
     assert codes == [0], outs
-    assert 'world size 2 (gloo, cpu, amp off)' in outs[0] and 'replicas identical: True' in outs[0]
+    assert '进程总数 2（gloo，cpu，amp off）' in outs[0] and '各副本完全相同：True' in outs[0]
     marks = json.loads((tmp_path / 'out' / 'result.json').read_text())['marks']
     assert marks['imported'] < marks['process_group'] < marks['data'] < marks['train_start']
     codes, outs, _ = _run([cmd], tmp_path, {'D2LZH_FAULT': 'raise:1:0'})

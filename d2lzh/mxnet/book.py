@@ -40,17 +40,17 @@ def _working_gpus():
         try:
             a = nd.ones((4, 4), ctx=mx.gpu(i))
             total = nd.dot(a, a).sum().asscalar()  # launches a kernel and waits for it
-            reason = None if total == 64.0 else f'a 4x4 matrix product gave {total}, not 64.0'
+            reason = None if total == 64.0 else f'4x4 矩阵乘积之和是 {total}，不是 64.0'
         except mx.base.MXNetError as err:
             reason = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
         if reason is None:
             gpus.append(i)
         else:
             warnings.warn(
-                f'GPU {i} ({gpu_name(i)}) is present but MXNet {mx.__version__} cannot run on '
-                f'it: {reason}. Falling back to the CPU. The mxnet-cu112 build has kernels for '
-                'sm_50..sm_86 (Maxwell to Ada, e.g. T4, V100, A100, L4) and none for Hopper '
-                '(H100/H200); use the PyTorch edition there.', RuntimeWarning, stacklevel=3)
+                f'GPU {i}（{gpu_name(i)}）在这台机器上，但 MXNet {mx.__version__} 不能在它上面'
+                f'运行：{reason}。改用 CPU。mxnet-cu112 只有 sm_50..sm_86（Maxwell 到 Ada，'
+                '如 T4、V100、A100、L4）的核函数，没有 Hopper（H100/H200）的；在那里请用'
+                ' PyTorch 版。', RuntimeWarning, stacklevel=3)
     return tuple(gpus)
 
 
@@ -261,7 +261,7 @@ def load_data_fashion_mnist(batch_size, resize=None, root=None, max_examples=Non
 def setup_report():
     """Print the versions and devices this notebook runs with, plainly when no GPU works."""
     print(f'Python {platform.python_version()}, MXNet {mx.__version__}, numpy {np.__version__}, '
-          f'CPU cores: {os.cpu_count()}')
+          f'CPU 核心数：{os.cpu_count()}')
     if gpus := _working_gpus():
         print(f'可用的 GPU（{len(gpus)} 块）：' + ', '.join(f'gpu({i}) = {gpu_name(i)}' for i in gpus))
     else:

@@ -162,7 +162,7 @@ def main(argv=None):
     if role not in (None, *ROLES):
         raise SystemExit(f'DMLC_ROLE={role!r} is not valid: it must be one of {", ".join(ROLES)}')
     os.environ.pop('PORT', None)  # ps-lite binds every non-scheduler process to $PORT when set
-    jobs.watch(args.timeout, role or 'process', on_deadline=lambda why: write_status(error=why))
+    jobs.watch(args.timeout, role or '进程', on_deadline=lambda why: write_status(error=why))
     if role in ('scheduler', 'server'):
         import_mxnet()  # runs the scheduler/server loop, then exits the process
         return 0
@@ -174,17 +174,18 @@ def main(argv=None):
         if args.out:
             save_result(r, args.out)
         if r['steps']:
-            mistake = (f' (trainer.step({args.batch_size}): --step-batch local)'
+            mistake = (f'（trainer.step({args.batch_size})：--step-batch local）'
                        if args.step_batch == 'local' else '')
-            who = f'worker rank {r["rank"]}' if role else 'single process'
-            print(f'[{PREFIX}] {who} of {r["num_workers"]}: {r["steps"]} steps, global batch '
-                  f'{r["global_batch"]}{mistake}, final loss {r["losses"][-1]:.4f}, median '
-                  f'compute {np.median(r["compute_s"]) * 1e3:.1f} ms + trainer.step '
+            who = (f'工作进程 rank {r["rank"]}（共 {r["num_workers"]} 个）' if role
+                   else f'单个进程（代替 {r["num_workers"]} 个工作进程）')
+            print(f'[{PREFIX}] {who}：{r["steps"]} 步，全局批量 '
+                  f'{r["global_batch"]}{mistake}，最后的损失 {r["losses"][-1]:.4f}，用时中位数：'
+                  f'计算 {np.median(r["compute_s"]) * 1e3:.1f} ms + trainer.step '
                   f'{np.median(r["step_s"]) * 1e3:.1f} ms', flush=True)
     except BaseException as err:  # noqa: B902 (report everything, then leave at once)
         if role != 'worker':
             raise
-        print(f'[{PREFIX}] worker (pid {os.getpid()}) failed:\n{traceback.format_exc()}',
+        print(f'[{PREFIX}] 工作进程（pid {os.getpid()}）出错：\n{traceback.format_exc()}',
               file=sys.stderr, flush=True)
         write_status(error=f'{type(err).__name__}: {err}')
         os._exit(1)

@@ -75,15 +75,15 @@ def _role_of(args, env):
     if (role := re.search(r'DMLC_ROLE[= ](scheduler|server|worker)\b', text)) is None:
         return None, None
     host = re.search(r'^ssh .*?StrictHostKeyChecking=no (\S+) -p', text)
-    return role.group(1), f'via ssh on {host.group(1)}' if host else text.split()[0]
+    return role.group(1), f'经 ssh 在 {host.group(1)} 上' if host else text.split()[0]
 
 
 def describe_exit(code):
-    """'exit code 1', 'killed by SIGKILL', 'exit code 137 (= 128 + SIGKILL)' ... (returncode)."""
+    """'退出码 1', '被 SIGKILL 杀死', '退出码 137（= 128 + SIGKILL）' ... (returncode)."""
     sig = {s.value: s.name for s in signal.Signals}.get(-code if code < 0 else code - 128)
     if sig is None or 0 <= code <= 128:
-        return f'exit code {code}'
-    return f'killed by {sig}' if code < 0 else f'exit code {code} (= 128 + {sig})'
+        return f'退出码 {code}'
+    return f'被 {sig} 杀死' if code < 0 else f'退出码 {code}（= 128 + {sig}）'
 
 
 class _Child(subprocess.Popen):
@@ -203,19 +203,19 @@ def main(argv=None):
         namespace['main']()  # argparse prints the help and exits with 0
     if ours.host is None or ours.timeout is None or ours.timeout <= 0:
         parser.print_usage(sys.stderr)
-        _say('error: give --host ADDRESS (127.0.0.1 for one machine) and --timeout SECONDS '
-             '(> 0): ps-lite never notices a failed process, so the job needs a deadline')
+        _say('错误：要给出 --host ADDRESS（只用一台机器时为 127.0.0.1）和 --timeout SECONDS'
+             '（> 0）：ps-lite 从不察觉出错的进程，所以作业需要一个期限')
         return 2
     theirs = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     theirs.add_argument('--launcher', default='ssh')  # mxnet.tools.launch's default
     theirs.add_argument('-H', '--hostfile')
     launcher, hostfile = vars(theirs.parse_known_args(rest)[0]).values()
     if launcher in ('ssh', 'mpi') and not hostfile:
-        _say(f'error: --launcher {launcher} (the default is ssh) needs -H HOSTFILE, a file with '
-             'one machine per line; for processes on this machine only use --launcher local')
+        _say(f'错误：--launcher {launcher}（默认是 ssh）需要 -H HOSTFILE，即每行一台机器的'
+             '文件；所有进程都在本机时用 --launcher local')
         return 2
     if 'PORT' in os.environ:
-        _say(f'ignoring PORT={os.environ.pop("PORT")}: ps-lite would bind every process to it')
+        _say(f'忽略 PORT={os.environ.pop("PORT")}：否则 ps-lite 会把每个进程都绑定到这个端口')
     os.environ.pop('DMLC_ROLE', None)
     if launcher == 'local':
         os.environ['DMLC_NODE_HOST'] = ours.host
@@ -262,26 +262,23 @@ def _supervise(supervisor, thread, outcome, received, ours):
     if failed is not None:
         error = failed.status().get('error')
         others = [c.name() for c in supervisor.running() if c is not failed]
-        _say(f'{failed.name()} failed after {time.monotonic() - failed.started:.1f} s: '
-             f'{describe_exit(failed.returncode)}{f"; its error: {error}" if error else ""}')
-        _say(f'ending the job: stopping {len(others)} other process(es): '
-             f'{"; ".join(others) or "none"}')
+        _say(f'{failed.name()} 运行 {time.monotonic() - failed.started:.1f} 秒后失败：'
+             f'{describe_exit(failed.returncode)}{f"；它的错误：{error}" if error else ""}')
+        _say(f'结束作业：停止其余 {len(others)} 个进程：{"; ".join(others) or "无"}')
         code = 1
     elif received:
-        _say(f'received {signal.Signals(received[0]).name}: stopping every process')
+        _say(f'收到 {signal.Signals(received[0]).name}：停止所有进程')
         code = 128 + received[0]
     elif not done:
-        names = '; '.join(c.name() for c in supervisor.running()) or 'none started'
-        _say(f'deadline of {ours.timeout:g} s passed; still running: {names}. '
-             'Stopping every process.')
+        names = '; '.join(c.name() for c in supervisor.running()) or '无（还没有进程启动）'
+        _say(f'已过 {ours.timeout:g} 秒的期限，仍在运行：{names}。停止所有进程。')
         code = 124
     elif code := outcome.get('code'):
-        _say(f'mxnet.tools.launch failed ({outcome.get("error") or describe_exit(code)})')
+        _say(f'mxnet.tools.launch 失败（{outcome.get("error") or describe_exit(code)}）')
     else:
         roles = [c.role for c in supervisor.children]
         summary = ', '.join(f'{roles.count(r)} {r}' for r in sorted(set(roles)))
-        _say(f'all {len(roles)} processes ({summary}) finished in '
-             f'{time.monotonic() - start:.1f} s')
+        _say(f'全部 {len(roles)} 个进程（{summary}）在 {time.monotonic() - start:.1f} 秒内结束')
         return 0
     supervisor.stop_all(ours.grace)
     return code

@@ -100,14 +100,13 @@ def no_gpu_warning():
     if (code := cudart.cudaGetDeviceCount(ctypes.byref(count))) == 0 and count.value > 0:
         return None
     if code == 0:
-        reason = 'the CUDA runtime reports 0 GPUs'
+        reason = 'CUDA 运行时报告 0 块 GPU'
     else:
         cudart.cudaGetErrorName.restype = cudart.cudaGetErrorString.restype = ctypes.c_char_p
         reason = (f'{cudart.cudaGetErrorName(code).decode()}: '
                   f'{cudart.cudaGetErrorString(code).decode()}')
-    fix = ('Update the NVIDIA driver: the CUDA 11 libraries need 450.80.02 or newer (520 or '
-           'newer, the driver of CUDA 11.8, recommended).' if code == 35  # InsufficientDriver
-           else 'On a cloud notebook, switch the runtime to a GPU; on a machine without an '
-           'NVIDIA GPU, the CPU build `mxnet` is the one to install.')
-    return (f'{gpu_build()} is a GPU build of MXNet but finds no GPU ({reason}). '
-            f'Falling back to the CPU. {fix}')
+    fix = ('请更新 NVIDIA 驱动：CUDA 11 的库需要 450.80.02 或更新的版本（建议用 520 或更新的，'
+           '即 CUDA 11.8 的驱动）。' if code == 35  # InsufficientDriver
+           else '在云端笔记本上，把运行时换成带 GPU 的；在没有 NVIDIA GPU 的机器上，'
+           '应安装 CPU 版 `mxnet`。')
+    return f'{gpu_build()} 是 MXNet 的 GPU 版，却找不到 GPU（{reason}）。改用 CPU。{fix}'

@@ -46,46 +46,41 @@ def choose_mxnet(gpus=None, notebook=None):
             raise SetupError(f'D2LZH_MXNET_PACKAGE={forced!r} is not valid: use mxnet or '
                              'mxnet-cu112 (or unset it to let d2lzh choose).')
         return Plan(cpu if forced == 'mxnet' else cu112, forced == 'mxnet-cu112',
-                    f'D2LZH_MXNET_PACKAGE={forced} asks for it', None)
+                    f'D2LZH_MXNET_PACKAGE={forced} 指定了它', None)
     try:
         gpus = query_gpus() if gpus is None else gpus
     except GPUQueryError as err:
         gpus = err
     if isinstance(gpus, GPUQueryError):
-        return Plan(cpu, False, 'the CPU build, as the NVIDIA driver does not answer',
-                    f'This runtime has an NVIDIA GPU tool but no working driver ({gpus}). '
-                    'MXNet runs on the CPU. To use the GPU, restart the runtime with a GPU '
-                    '(Colab: Runtime > Change runtime type; Kaggle: Settings > Accelerator) '
-                    'or install the driver, then run the notebook again from the top.')
+        return Plan(cpu, False, 'CPU 版，因为 NVIDIA 驱动没有应答',
+                    f'这个运行时有 NVIDIA 的 GPU 工具，却没有能用的驱动（{gpus}）。MXNet 在 '
+                    'CPU 上运行。要用 GPU，请换成带 GPU 的运行时（Colab：Runtime > Change '
+                    'runtime type；Kaggle：Settings > Accelerator）或装上驱动，再从头运行本笔记本。')
     if not gpus:
-        return Plan(cpu, False, 'no NVIDIA GPU here (no nvidia-smi), so the CPU build', None)
+        return Plan(cpu, False, '这里没有 NVIDIA GPU（没有 nvidia-smi），所以用 CPU 版', None)
     for g in gpus:
         if g.compute_capability and CUDA11_CC[0] <= g.compute_capability <= CUDA11_CC[1]:
-            return Plan(cu112, True, f'the GPU build for {g.name} (compute capability '
-                        '%d.%d; mxnet-cu112 runs on 5.0-8.9)' % g.compute_capability, None)
+            return Plan(cu112, True, f'{g.name} 用的 GPU 版（计算能力 %d.%d；mxnet-cu112 '
+                        '能在 5.0-8.9 上运行）' % g.compute_capability, None)
     g = gpus[0]
     if g.compute_capability is None:
-        return Plan(cpu, False, f'the CPU build, as the compute capability of {g.name} is unknown',
-                    f'Could not read the compute capability of GPU "{g.name}" from '
-                    'nvidia-smi, so the CPU build of MXNet is installed. If it is a Maxwell to '
-                    'Ada GPU (compute capability 5.0-8.9), set D2LZH_MXNET_PACKAGE=mxnet-cu112, '
-                    'restart the kernel and run the notebook again.')
+        return Plan(cpu, False, f'CPU 版，因为不知道 {g.name} 的计算能力',
+                    f'无法从 nvidia-smi 读出 GPU "{g.name}" 的计算能力，所以安装 MXNet 的 CPU '
+                    '版。如果它是 Maxwell 到 Ada 的 GPU（计算能力 5.0-8.9），请设 '
+                    'D2LZH_MXNET_PACKAGE=mxnet-cu112，重启内核，再运行本笔记本。')
     cc = '%d.%d' % g.compute_capability
     if g.compute_capability > CUDA11_CC[1]:
         nb = project.find(notebook) if notebook else None
         twin = (project.url(nb.twin, 'colab') if nb and nb.edition == 'mxnet' and nb.twin
                 else project.url('notebooks/pytorch', 'tree'))
-        return Plan(cpu, False,
-                    f'the CPU build, as MXNet cannot run on {g.name} (compute capability {cc})',
-                    f'{g.name} (compute capability {cc}) cannot run MXNet: mxnet-cu112 1.9.1, '
-                    'the last GPU build, has GPU code up to compute capability 8.6 (it runs on '
-                    '5.0-8.9) and none for Hopper or newer. MXNet runs on the CPU here; the '
-                    'PyTorch edition of this section uses the GPU: '
-                    + (twin or "the project's notebooks/pytorch/ folder"))
-    return Plan(cpu, False,
-                f'the CPU build, as {g.name} (compute capability {cc}) is too old for mxnet-cu112',
-                f'{g.name} (compute capability {cc}) is older than mxnet-cu112 supports (5.0 '
-                'and newer). MXNet runs on the CPU here.')
+        return Plan(cpu, False, f'CPU 版，因为 MXNet 不能在 {g.name}（计算能力 {cc}）上运行',
+                    f'{g.name}（计算能力 {cc}）上不能运行 MXNet：最后一个 GPU 版 mxnet-cu112 '
+                    '1.9.1 的 GPU 代码只到计算能力 8.6（能在 5.0-8.9 上运行），没有 Hopper 及更新'
+                    '架构的。这里 MXNet 在 CPU 上运行；本节的 PyTorch 版会用 GPU：'
+                    + (twin or '本项目的 notebooks/pytorch/ 文件夹'))
+    return Plan(cpu, False, f'CPU 版，因为 {g.name}（计算能力 {cc}）对 mxnet-cu112 来说太旧',
+                f'{g.name}（计算能力 {cc}）比 mxnet-cu112 支持的（5.0 及更新）旧。这里 MXNet '
+                '在 CPU 上运行。')
 
 
 def run_pip(args, what, why=None):
@@ -93,7 +88,7 @@ def run_pip(args, what, why=None):
     with ``why`` (str), prints ``installing <what><why> ...`` and the seconds it took. Raises
     :class:`SetupError` with pip's reason in one line and the fix."""
     if why is not None:
-        print(f'd2lzh: installing {what}{why} ...', flush=True)
+        print(f'd2lzh：正在安装 {what}{why} ...', flush=True)
     start = time.perf_counter()
     result = subprocess.run([sys.executable, '-m', 'pip', *args, '--disable-pip-version-check',
                              '--no-input', '--quiet'], capture_output=True, text=True)
@@ -107,7 +102,7 @@ def run_pip(args, what, why=None):
                          'set HTTPS_PROXY), then run the cell or the command again.')
     importlib.invalidate_caches()
     if why is not None:
-        print(f'd2lzh: {what} installed in {time.perf_counter() - start:.0f} s')
+        print(f'd2lzh：{what} 装好了，用时 {time.perf_counter() - start:.0f} 秒')
 
 
 def install_cuda11(target=None):
@@ -122,8 +117,8 @@ def install_cuda11(target=None):
     shutil.rmtree(partial, ignore_errors=True)
     try:
         run_pip(['install', '--no-deps', '--target', str(partial), *cuda11.PACKAGES],
-                "NVIDIA's CUDA 11 libraries for mxnet-cu112",
-                f' (about 1.6 GB, once per runtime) into {target}')
+                'mxnet-cu112 用的 NVIDIA CUDA 11 库',
+                f'（约 1.6 GB，每个运行时装一次），装到 {target}')
         (partial / stamp.name).write_text(wanted)
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
@@ -150,27 +145,27 @@ def ensure_mxnet(notebook=None, verbose=False):
     plan = choose_mxnet(None, notebook)
     wanted, have = plan.package.split('==')[0], installed_mxnet()
     if plan.warning:
-        print(f'd2lzh: {plan.warning}')
+        print(f'd2lzh：{plan.warning}')
     if plan.cuda11:
         install_cuda11()
     if have == (wanted, MXNET_VERSION):
         if verbose:
-            print(f'd2lzh: {plan.package} is installed ({plan.reason})')
+            print(f'd2lzh：{plan.package} 已经装好（{plan.reason}）')
     elif 'mxnet' in sys.modules:
         raise SetupError(f'MXNet ({" ".join(have or ())}) is already imported in this kernel '
                          f'but this machine needs {wanted}: restart the kernel and run the '
                          'notebook again.')
     else:
         if have is not None and have[0] != wanted:
-            print(f'd2lzh: uninstalling {" ".join(have)}, the other MXNet build', flush=True)
-            run_pip(['uninstall', '--yes', have[0]], f'the other MXNet build ({have[0]})')
+            print(f'd2lzh：卸载另一个 MXNet 版本 {" ".join(have)}', flush=True)
+            run_pip(['uninstall', '--yes', have[0]], f'另一个 MXNet 版本（{have[0]}）')
         numpy = _version('numpy')
         note = '' if not numpy or numpy.startswith('1.') else (
-            f' (with --no-deps: its metadata asks for numpy<2, which would replace this '
-            f'runtime\'s numpy {numpy}; d2lzh makes MXNet work with numpy 2)')
-        run_pip(['install', '--no-deps', plan.package], plan.package, f': {plan.reason}{note}')
+            f'（用 --no-deps：它的元数据要求 numpy<2，会换掉这个运行时的 numpy {numpy}；'
+            'd2lzh 让 MXNet 能用 numpy 2）')
+        run_pip(['install', '--no-deps', plan.package], plan.package, f'：{plan.reason}{note}')
     if importlib.util.find_spec('requests') is None:   # MXNet imports it; --no-deps skips it
-        run_pip(['install', 'requests>=2.20,<3'], 'requests', ' (MXNet imports it)')
+        run_pip(['install', 'requests>=2.20,<3'], 'requests', '（MXNet 要导入它）')
     return plan
 
 
@@ -188,10 +183,10 @@ def ensure_torch():
         gpu = bool(query_gpus())
     except GPUQueryError:
         gpu = False
-    why = f'torch {have} is older than 2.4' if have else 'PyTorch is not installed'
+    why = f'torch {have} 比 2.4 旧' if have else '没有安装 PyTorch'
     run_pip(['install', 'torch>=%d.%d' % MIN_TORCH] + (
         [] if gpu else ['--extra-index-url', 'https://download.pytorch.org/whl/cpu']),
-        'torch>=2.4', f' ({why}; the {"CUDA" if gpu else "CPU"} build)')
+        'torch>=2.4', f'（{why}；{"CUDA" if gpu else "CPU"} 版）')
     return _version('torch')
 
 
@@ -205,13 +200,13 @@ def main(argv=None):
     try:
         if what == ['plan']:
             plan = choose_mxnet()
-            print(f'{plan.package}: {plan.reason}'
-                  + (f' (+ CUDA 11 libraries into {cuda11.target_dir()})' if plan.cuda11 else '')
+            print(f'{plan.package}：{plan.reason}'
+                  + (f'（另把 CUDA 11 的库装到 {cuda11.target_dir()}）' if plan.cuda11 else '')
                   + (f'\n{plan.warning}' if plan.warning else ''))
         elif what == ['mxnet']:
             ensure_mxnet(verbose=True)
         elif what == ['torch']:
-            print(f'd2lzh: torch {ensure_torch()}')
+            print(f'd2lzh：torch {ensure_torch()}')
         else:
             print(install_cuda11())
     except SetupError as err:

@@ -242,9 +242,9 @@ def evaluate_accuracy(data_iter, net, device=None):
 def setup_report():
     """Print the versions and GPUs this notebook runs with, and plainly when there is none."""
     import platform
-    cuda = torch.version.cuda or 'none (CPU build)'
+    cuda = torch.version.cuda or '无（CPU 版）'
     print(f'Python {platform.python_version()}, PyTorch {torch.__version__}, CUDA {cuda}, '
-          f'CPU cores: {os.cpu_count()}')
+          f'CPU 核心数：{os.cpu_count()}')
     if num_gpus():
         names = ', '.join(f'cuda:{i} = {gpu_name(i)}' for i in range(num_gpus()))
         print(f'可用的 GPU（{num_gpus()} 块）：{names}')

@@ -134,7 +134,7 @@ def _after_a_peer(err):
 def _train(recipe, job):
     """:func:`ddp_worker` up to its exit: trains, returns rank 0's result; raises what failed."""
     rank, _, world_size = torchrun_env()
-    _jobs.watch(job.timeout, f'DDP worker rank {rank}')
+    _jobs.watch(job.timeout, f'DDP 工作进程 rank {rank}')
     backend = job.backend or ('nccl' if torch.cuda.is_available() else 'gloo')
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device|Grad strides do not')
     if recipe.cuda_graph and backend == 'nccl':  # NCCL calls inside a CUDA graph need this off
@@ -255,13 +255,13 @@ def _parse(argv=None, parser=None):
 
 def summary(r, recipe):
     """One line on rank 0's result ``r`` (:func:`ddp_worker`'s) of a job trained as ``recipe``."""
-    acc = f', test acc {r["test_acc"][-1]:.3f}' if r['test_acc'] else ''
+    acc = f'，测试准确率 {r["test_acc"][-1]:.3f}' if r['test_acc'] else ''
     if recipe.target_accuracy is not None:
-        acc += f' (target {recipe.target_accuracy} ' + (
-            f'reached after epoch {r["reached"]["epoch"]}, {r["reached"]["seconds"]:.1f} s '
-            'into training)' if r['reached'] else 'not reached)')
-    return (f'world size {r["world_size"]} ({r["backend"]}, {r["device"]}, amp {r["amp"]}): '
-            f'{r["images_per_s"]:.0f} images/s in the best epoch{acc}; replicas identical: '
+        acc += f'（目标 {recipe.target_accuracy}：' + (
+            f'第 {r["reached"]["epoch"]} 个迭代周期后达到，训练开始后 '
+            f'{r["reached"]["seconds"]:.1f} 秒）' if r['reached'] else '没有达到）')
+    return (f'进程总数 {r["world_size"]}（{r["backend"]}，{r["device"]}，amp {r["amp"]}）：'
+            f'最快的迭代周期 {r["images_per_s"]:.0f} 张/秒{acc}；各副本完全相同：'
             f'{len(set(r["params_digest"])) == 1}')
 
 

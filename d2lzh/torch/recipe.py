@@ -172,9 +172,9 @@ class TrainStep:
             amp = 'bf16' if torch.cuda.get_device_capability(self.device)[0] >= 8 else 'fp16'
         self.amp, fp16 = None if amp == 'off' else amp, amp == 'fp16'
         if fp16 and (recipe.fused_sgd or recipe.cuda_graph):
-            warnings.warn(f'amp={recipe.amp!r} is fp16 with a GradScaler on {self.device}: that '
-                          'step is neither fused nor recorded as a CUDA graph here; training '
-                          'with torch.optim.SGD and eager steps', RuntimeWarning, stacklevel=3)
+            warnings.warn(f'amp={recipe.amp!r} 在 {self.device} 上是带 GradScaler 的 fp16：这样的'
+                          '一步在这里既不用融合 SGD，也不录成 CUDA 图；改用 torch.optim.SGD，'
+                          '不录图地训练', RuntimeWarning, stacklevel=3)
         self.fused_sgd = recipe.fused_sgd and not fp16
         self.cuda_graph = recipe.cuda_graph and not fp16 and self.device.type in self.graph_devices
         self.capture_after = recipe.capture_after or \
@@ -219,8 +219,8 @@ class TrainStep:
             try:
                 self.graph, self.loss = self._capture(*self.static)
             except RuntimeError as err:  # e.g. an operation that cannot be captured
-                warnings.warn(f'cuda_graph=True: capturing the training step failed ({err}); '
-                              'continuing without a CUDA graph', RuntimeWarning, stacklevel=2)
+                warnings.warn(f'cuda_graph=True：录制训练步骤失败（{err}）；不用 CUDA 图'
+                              '继续训练', RuntimeWarning, stacklevel=2)
                 self.cuda_graph = False
                 synchronize(self.device)
                 return self._step(X, y)
@@ -271,8 +271,8 @@ def _resume(recipe, module, step, device, verbose):
         step.scaler.load_state_dict(state['scaler'])
     history = {**history, **state['history'], 'start_epoch': state['epoch'] + 1}
     if verbose:
-        print(f'resuming from {name}: epoch {history["start_epoch"]} of {recipe.epochs} done'
-              + (' and the target accuracy reached' if history['reached'] else ''))
+        print(f'从 {name} 接着训练：{recipe.epochs} 个迭代周期已完成 {history["start_epoch"]} 个'
+              + ('，且已达到目标准确率' if history['reached'] else ''))
     return history
 
 
@@ -328,9 +328,9 @@ def _check_batch_size(train_iter, recipe):
 
 def _print_epoch(history, epoch, acc, examples, reached):
     seconds = history['epoch_times'][-1]
-    print(f'epoch {epoch + 1}: loss {history["train_loss"][-1]:.3f}, test acc '
-          f'{"-" if acc is None else f"{acc:.3f}"}, {seconds:.2f} s ({examples / seconds:.0f} '
-          f'images/s)' + (f', reached {reached}' if reached else ''))
+    print(f'迭代周期 {epoch + 1}：损失 {history["train_loss"][-1]:.3f}，测试准确率 '
+          f'{"-" if acc is None else f"{acc:.3f}"}，{seconds:.2f} 秒（{examples / seconds:.0f} '
+          '张/秒）' + (f'，达到目标 {reached}' if reached else ''))
 
 
 def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):

@@ -40,9 +40,9 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, verbose=True):
         history['test_acc'].append(evaluate_accuracy(test_iter, net, device))
         history['examples'] = examples
         if verbose:
-            print(f'epoch {epoch + 1}: loss {history["train_loss"][-1]:.3f}, test acc '
-                  f'{history["test_acc"][-1]:.3f}, {history["epoch_times"][-1]:.2f} s '
-                  f'({examples / history["epoch_times"][-1]:.0f} images/s)')
+            print(f'迭代周期 {epoch + 1}：损失 {history["train_loss"][-1]:.3f}，测试准确率 '
+                  f'{history["test_acc"][-1]:.3f}，{history["epoch_times"][-1]:.2f} 秒'
+                  f'（{examples / history["epoch_times"][-1]:.0f} 张/秒）')
     history['images_per_s'] = history['examples'] / min(history['epoch_times'])
     return history
 

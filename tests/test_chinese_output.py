@@ -1,0 +1,83 @@
+"""The notebooks speak Chinese in their code too: code comments and the sentences our code prints.
+
+What may stay English: identifiers and API terms, what libraries print (exceptions and their
+tracebacks, warnings on stderr, nvidia-smi's table, reprs), and the log lines of the book's
+API (``epoch 1, loss ...`` of its train function, ``time: 0.1 sec`` of ``Benchmark``). An
+English sentence is a run of three or more English words; a line of library output is one of
+:data:`LIBRARY`. ``python tests/test_chinese_output.py`` lists what the test counts.
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from d2lzh import project  # noqa: E402
+
+NOTEBOOKS = [ROOT / p for e in ('mxnet', 'pytorch') for p in project.notebooks(e)]
+IDS = [f'{p.parent.name}/{p.stem}' for p in NOTEBOOKS]
+WORD = r"[A-Za-z][a-z']+"
+SENTENCE = re.compile(rf'\b{WORD}(?:[ ,;:-]+{WORD}\b){{2,}}')
+LIBRARY = re.compile(
+    r'^\s*(\w+(Error|Exception|Warning)\b|Traceback|File "|\||\+-|\[\d\d:\d\d:\d\d\]'
+    r'|epoch \d+, loss|Stack trace|\d+: |warnings?\.warn)')
+COMMENT = re.compile(r'(?:^|\s)#(?!@save)\s*(.*)$')
+
+
+def english_lines(nb):
+    """(cell number, line) of every stdout line our code printed that holds an English
+    sentence, and of every code comment that does and holds no Chinese."""
+    found = []
+    code = [c for c in nb['cells'] if c['cell_type'] == 'code']
+    for number, cell in enumerate(code, 1):
+        for out in cell.get('outputs', []):
+            if out.get('output_type') == 'error' or out.get('name') == 'stderr':
+                continue
+            text = out.get('text') or out.get('data', {}).get('text/plain', '')
+            lines = ''.join(text).splitlines()
+            library = False
+            for line in lines:
+                library = library or line.startswith('Traceback')
+                if not library and not LIBRARY.match(line) and SENTENCE.search(_unquoted(line)):
+                    found.append((number, line.strip()))
+        for line in ''.join(cell['source']).splitlines():
+            match = COMMENT.search(_unquoted(line))
+            if match and SENTENCE.search(match.group(1)) and \
+                    not re.search(r'[\u4e00-\u9fff]', match.group(1)):
+                found.append((number, line.strip()))
+    return found
+
+
+def _unquoted(line):
+    """The line without what is quoted in it ('...', "...", `...`): names, not sentences."""
+    return re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", '', line)
+
+
+@pytest.mark.parametrize('path', NOTEBOOKS, ids=IDS)
+def test_no_english_sentences_in_our_comments_and_output(path):
+    found = english_lines(json.loads(path.read_text(encoding='utf-8')))
+    assert not found, '\n'.join(f'code cell {n}: {line[:120]}' for n, line in found)
+
+
+def test_the_counter_finds_english_and_passes_library_output():
+    nb = {'cells': [{'cell_type': 'code', 'source': '# load the data\nx = 1  # 数据\n', 'outputs': [
+        {'output_type': 'stream', 'name': 'stdout', 'text':
+         'the step changed the parameters: True\n最大绝对差：0.0 | 完全相同：True\n'
+         'epoch 1, loss 2.3012, train acc 0.101, test acc 0.100, time 3.2 sec\n'
+         "RuntimeError: Expected all tensors to be on the same device\n"
+         "名字：'Workloads are queued'\n"}]}]}
+    assert english_lines(nb) == [(1, 'the step changed the parameters: True'),
+                                 (1, '# load the data')]
+
+
+if __name__ == '__main__':
+    total = 0
+    for path, name in zip(NOTEBOOKS, IDS):
+        found = english_lines(json.loads(path.read_text(encoding='utf-8')))
+        total += len(found)
+        for number, line in found:
+            print(f'{name} cell {number}: {line[:110]}')
+    print(f'{total} English lines')
