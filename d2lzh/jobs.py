@@ -120,8 +120,8 @@ class Fault:
         """Fail now, as ``kind`` says."""
         if self.kind == 'kill':
             os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f'worker rank {self.rank} failed on purpose before minibatch '
-                           f'{self.step} ({FAULT_ENV}={self!r})')
+        raise RuntimeError(f'工作进程 rank {self.rank} 在第 {self.step} 个小批量之前故意失败'
+                           f'（{FAULT_ENV}={self!r}）')
 
 
 class _FaultyIter:

@@ -31,9 +31,8 @@ class Benchmark:  #@save
 
 
 class Timer:
-    """Collect wall-clock intervals, in seconds: ``start()``, ``stop()`` (returns the length),
-    ``sum()``, ``avg()``, ``times``. Like ``Benchmark`` it does not synchronise: call the
-    framework's sync point before ``stop()``."""
+    """Wall-clock intervals, seconds: ``start()``, ``stop()`` (the length), ``sum()``, ``avg()``,
+    ``times``. It does not synchronise: call the framework's sync point before ``stop()``."""
 
     def __init__(self):
         self.times = []
@@ -61,23 +60,25 @@ class Timer:
 
 
 def format_ratio(value):
-    """A ratio (e.g. a speed-up) as text: 2 decimals, up to 4 where a value other than 1
-    would otherwise read 1.00 (0.997, not 1.00, for a run 0.3 % slower)."""
+    """A ratio as text: 2 decimals, up to 4 where a value other than 1 would read 1.00
+    (0.997 for a run 0.3 % slower), and 0.9999 rather than 1.0000 for 0.99996."""
     digits = 2
     while digits < 4 and value != 1 and f'{value:.{digits}f}' == f'{1:.{digits}f}':
         digits += 1
-    return f'{value:.{digits}f}'
+    text = f'{value:.{digits}f}'
+    if value != 1 and text == f'{1:.{digits}f}':
+        text = f'{(1 - 10 ** -digits) if value < 1 else (1 + 10 ** -digits):.{digits}f}'
+    return text
 
 
-#: A speed-up is called faster or slower only when every repeat lies on one side of 1 and the
-#: median is at least this far from 1 (10 %); anything nearer is noise on a shared machine, and
-#: one wording for it keeps a verdict from flipping between two runs of the same notebook.
+#: Faster or slower only when every repeat lies on one side of 1 and the median is this far
+#: from 1; nearer is noise, in one wording, so a verdict does not flip between two runs.
 NOISE = 0.1
 
 
 def direction(median, low, high):
-    """+1 (faster), -1 (slower) or 0 (no clear difference) for a ratio ``median`` with range
-    ``low`` .. ``high``: the rule of :data:`NOISE`, shared by :class:`Speedup` and the summary."""
+    """+1 (faster), -1 (slower) or 0 (no clear difference) for a ratio ``median`` in ``low``
+    .. ``high`` by the rule of :data:`NOISE` (:class:`Speedup`, make run's summary)."""
     if low > 1 and median >= 1 + NOISE:
         return 1
     if high < 1 and median <= 1 / (1 + NOISE):

@@ -40,6 +40,15 @@ REASONS = {
     'CPU 版 MXNet：锁页内存就是普通内存': 'CPU 版 MXNet 的锁页内存就是普通内存：锁页内存的好处（8.3 节）在这台机器上看不到。'}
 #: Labels recorded wrongly, corrected here until their notebook records them right.
 LABEL_FIXES = ((re.compile(r'^CPU 与 cpu\((\d+)\)'), r'cpu(0) 与 cpu(\1)'),)
+#: What each section's headline figure asks, so that its takeaway says why it was measured.
+QUESTIONS = {
+    '4.6': '第一次把数据复制到设备上，要不要多付一次性的开销？',
+    '8.1': 'hybridize() 把逐个执行的运算变成一张计算图，能省下多少 Python 的开销？',
+    '8.2': '前端不等每一步的结果、让后端在后面执行，能快多少？',
+    '8.3': '两个设备上互不依赖的任务，引擎能不能同时执行？',
+    '8.4': '把小批量分给 2 个设备，训练能不能更快？',
+    '8.5': '用框架自带的数据并行在 2 个设备上训练，能不能更快？',
+    '多机训练': '参数服务器的每一步，通信要花多少时间？'}
 READING = ('读法：加速比 = 之前的用时 / 之后的用时，取多次重复的中位数，括号里是各次重复的范围；'
            '各次重复不全在 1 的同一侧、或中位数离 1 不到 10% 时写“测不出明显差别”，不说快慢。')
 
@@ -255,7 +264,8 @@ def takeaway(row):
         text = value_text(key, fig)
     tags = measured_on(fig, key)
     subject = f'{subject}：' if subject else ''
-    return f"{head}{subject}{text}" + (f"；条件：{'；'.join(tags)}" if tags else '') + '。'
+    question = QUESTIONS.get(_title(row).split()[0], '')
+    return f"{head}{question}{subject}{text}" + (f"；条件：{'；'.join(tags)}" if tags else '') + '。'
 
 
 def notebook_line(row, history):
@@ -297,7 +307,7 @@ def summary_markdown(rows_by_edition, history, build=None, chart=True):
         lines += [f'- {n}' for n in machine_notes(edition, rows)]
         lines += ['', '### 每节的结论', ''] + [f'- {takeaway(r)}' for r in rows]
     if chart:
-        lines += ['', '## 全部加速比', '', '![make run 测得的全部加速比：中位数，误差线是各次重复的'
+        lines += ['', '## 各节的加速比', '', '![make run 测得的各节加速比：中位数，误差线是各次重复的'
                   '范围](summary.png)']
     for edition, rows in rows_by_edition.items():
         lines += ['', f'## {EDITIONS.get(edition, (edition,))[0]} 版：每个笔记本', '']
@@ -317,17 +327,20 @@ def summary_markdown(rows_by_edition, history, build=None, chart=True):
 
 # ---------------------------------------------------------------- chart
 def speedups(rows_by_edition):
-    """Every speed-up of the summary (kind ``'speedup'``: never another ratio), in the
-    summary's order: dicts with edition, label (Chinese), key, value, spread, verdict."""
+    """The headline speed-up of each notebook (kind ``'speedup'``: never another ratio), in the
+    summary's order: dicts with edition, label (Chinese, with the conditions that change its
+    reading, e.g. 2 个设备 = 同一组 CPU 核心), key, value, spread, verdict."""
     out = []
     for edition, rows in rows_by_edition.items():
         short = EDITIONS.get(edition, (edition,))[0]
         for r in rows:
             for key, fig in r['figures'].items():
-                if kind_of(key, fig) == 'speedup' and isinstance(fig['value'], (int, float)):
+                if kind_of(key, fig) == 'speedup' and isinstance(fig['value'], (int, float)) \
+                        and fig.get('headline'):
+                    tags = '；'.join(t for t in measured_on(fig, key) if '=' in t or '代替' in t)
                     out.append({'edition': edition, 'key': f"{short} {r['name']}: {key}",
                                 'label': f"{short} {_title(r).split()[0]} "
-                                         f"{_subject(label(key, fig))}",
+                                         f"{_subject(label(key, fig))}" + (f'（{tags}）' if tags else ''),
                                 'value': float(fig['value']), 'spread': fig.get('spread'),
                                 'verdict': verdict(fig)})
     return out
@@ -373,7 +386,7 @@ def draw_chart(items, path):
     ax.legend(handles=[matplotlib.patches.Patch(color=COLOURS[k][0], label=COLOURS[k][1])
                        for k in used], loc='lower right', fontsize='small')
     ax.set_xlabel('加速比（对数坐标，1× = 没有差别）：各次重复的中位数；误差线：范围')
-    fig.suptitle('make run 测得的全部加速比：1× 右侧更快，左侧更慢')
+    ax.set_title('make run 测得的各节加速比：1× 右侧更快，左侧更慢')
     fig.tight_layout()
     fig.savefig(path, format='png', dpi=100, metadata={'Software': None})
     plt.close(fig)

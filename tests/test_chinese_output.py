@@ -3,8 +3,9 @@
 What may stay English: identifiers and API terms, what libraries print (exceptions and their
 tracebacks, warnings on stderr, nvidia-smi's table, reprs), and the log lines of the book's
 API (``epoch 1, loss ...`` of its train function, ``time: 0.1 sec`` of ``Benchmark``). An
-English sentence is a run of three or more English words; a line of library output is one of
-:data:`LIBRARY`. ``python tests/test_chinese_output.py`` lists what the test counts.
+English sentence is a run of three or more English words with a word such as of/the/is
+(:data:`GLUE`); a line of library output is one of :data:`LIBRARY`.
+``python tests/test_chinese_output.py`` lists what the test counts.
 """
 import json
 import re
@@ -19,8 +20,24 @@ from d2lzh import project  # noqa: E402
 
 NOTEBOOKS = [ROOT / p for e in ('mxnet', 'pytorch') for p in project.notebooks(e)]
 IDS = [f'{p.parent.name}/{p.stem}' for p in NOTEBOOKS]
-WORD = r"[A-Za-z][a-z']+"
-SENTENCE = re.compile(rf'\b{WORD}(?:[ ,;:-]+{WORD}\b){{2,}}')
+WORD = r"(?!(?:True|False|None)\b)[A-Za-z][a-z']+"
+RUN = re.compile(rf'\b{WORD}(?:[ ,;:-]+{WORD}\b){{2,}}')
+#: Words that make a run of English words a sentence rather than a row of names (a table's
+#: header of identifiers: data cudnn_benchmark amp ...).
+GLUE = re.compile(r'\b(the|a|an|of|to|in|is|are|was|were|be|for|on|with|and|or|not|by|from|'
+                  r'after|before|per|each|than|at|as|it|its|this|that|here|there|has|have|'
+                  r'can|cannot|will|only|all|every|then|when|into|out|did|does|do)\b', re.I)
+
+
+class _Sentence:
+    """A run of three or more English words holding one of :data:`GLUE`."""
+
+    @staticmethod
+    def search(text):
+        return any(GLUE.search(m.group()) for m in RUN.finditer(text))
+
+
+SENTENCE = _Sentence()
 LIBRARY = re.compile(
     r'^\s*(\w+(Error|Exception|Warning)\b|Traceback|File "|\||\+-|\[\d\d:\d\d:\d\d\]'
     r'|epoch \d+, loss|Stack trace|\d+: |warnings?\.warn)')
@@ -52,8 +69,10 @@ def english_lines(nb):
 
 
 def _unquoted(line):
-    """The line without what is quoted in it ('...', "...", `...`): names, not sentences."""
-    return re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", '', line)
+    """The line without what is quoted in it ('...', "...", `...`), paths and dotted names, and
+    what follows an exception's name (a library's message): names, not our sentences."""
+    line = re.sub(r'\b\w+(Error|Exception|Warning): .*', '', line)
+    return re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`|\S*[/.=_(]\S*", '', line)
 
 
 @pytest.mark.parametrize('path', NOTEBOOKS, ids=IDS)

@@ -148,8 +148,8 @@ def test_exception_names_rank_and_traceback(debian_dir, tmp_path):
     root = out[out.index('Root Cause'):]
     assert 'rank      : 1 (local_rank: 1)' in root
     assert 'Traceback (most recent call last)' in root
-    assert ('RuntimeError: worker rank 1 failed on purpose before minibatch 0 '
-            '(D2LZH_FAULT=raise:1:0)') in root
+    assert ('RuntimeError: 工作进程 rank 1 在第 0 个小批量之前故意失败'
+            '（D2LZH_FAULT=raise:1:0）') in root
     error_file = next((tmp_path / 'logs').rglob('attempt_0/1/error.json'))
     assert end - error_file.stat().st_mtime < END_DEADLINE
 
@@ -253,9 +253,8 @@ def test_run_ddp_from_python_reports_a_killed_rank(debian_dir, monkeypatch, tmp_
     old = {s: signal.signal(s, mine) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         start = time.monotonic()
-        with pytest.raises(RuntimeError, match=r'DDP worker rank 1 of 2 failed with exit code '
-                                               r'-9 \(SIGKILL\): no traceback \(the process '
-                                               r'was killed by a signal'):
+        with pytest.raises(RuntimeError, match=r'DDP 工作进程 rank 1（共 2 个）失败，退出码 '
+                                               r'-9 \(SIGKILL\)：没有 traceback（进程被信号杀死'):
             d2l.run_ddp(2, d2l.Recipe(epochs=1, batch_size=8, amp='off', channels_last=False),
                         model='lenet', max_examples=64, timeout=90)
         assert time.monotonic() - start < JOB_DEADLINE
@@ -271,11 +270,11 @@ def test_run_ddp_from_python_reports_a_killed_rank(debian_dir, monkeypatch, tmp_
                     model='lenet', max_examples=64, timeout=90)
     first, *stack = str(raised.value).splitlines()
     assert time.monotonic() - start < 10, 'the job outlived its failing rank by seconds'
-    assert first.startswith('DDP worker rank 1 of 2 failed with exit code 1: RuntimeError: worker '
-                            'rank 1 failed on purpose before minibatch 0'), first
-    assert stack[0] == "Rank 1's Traceback (most recent call last):", stack
+    assert first.startswith('DDP 工作进程 rank 1（共 2 个）失败，退出码 1：RuntimeError: 工作进程 '
+                            'rank 1 在第 0 个小批量之前故意失败'), first
+    assert stack[0] == 'rank 1 的 Traceback (most recent call last):', stack
     assert any('File "d2lzh/jobs.py"' in line for line in stack), stack  # no machine's folders
-    assert stack[-1].startswith('RuntimeError: worker rank 1 failed on purpose'), stack
+    assert stack[-1].startswith('RuntimeError: 工作进程 rank 1 在第'), stack
     assert not list(Path(tmp_path).iterdir())  # no torchelastic_*, no pytorch-errorfile-*
     assert not _job_processes(str(tmp_path))
 
@@ -343,6 +342,6 @@ def test_forking_launcher_trains_and_names_a_failing_rank(debian_dir, tmp_path):
     assert marks['imported'] < marks['process_group'] < marks['data'] < marks['train_start']
     codes, outs, _ = _run([cmd], tmp_path, {'D2LZH_FAULT': 'raise:1:0'})
     assert codes == [1], outs
-    assert 'DDP worker rank 1 of 2 failed with exit code 1: RuntimeError: worker rank 1 failed ' \
-        'on purpose before minibatch 0 (D2LZH_FAULT=raise:1:0)' in outs[0]
-    assert "Rank 1's Traceback (most recent call last)" in outs[0]
+    assert 'DDP 工作进程 rank 1（共 2 个）失败，退出码 1：RuntimeError: 工作进程 rank 1 在第 0 个' \
+        '小批量之前故意失败（D2LZH_FAULT=raise:1:0）' in outs[0]
+    assert 'rank 1 的 Traceback (most recent call last)' in outs[0]

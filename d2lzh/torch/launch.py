@@ -110,7 +110,7 @@ def _failure_message(err, world_size, max_restarts):
     signalled = [(r, f) for r, f in err.failures.items()
                  if f.exitcode < 0 and f.exitcode != -signal.SIGTERM]
     rank, failure = min(signalled or err.failures.items(), key=_when)
-    detail, stack = 'no traceback (the process was killed by a signal or exited without one)', ''
+    detail, stack = '没有 traceback（进程被信号杀死，或退出时没有留下）', ''
     info = failure.message if isinstance(failure.message, dict) else {'message': failure.message}
     message = str(info.get('message') or '')
     if message and not message.startswith(('To enable traceback', 'Signal ')):
@@ -120,10 +120,10 @@ def _failure_message(err, world_size, max_restarts):
     code = failure.exitcode
     sig = f' ({signal.Signals(-code).name})' if -code in signal.valid_signals() else ''
     others = sorted(r for r in err.failures if r != rank)
-    return (f'DDP worker rank {rank} of {world_size} failed'
-            f'{f" after {max_restarts} restart(s)" if max_restarts else ""} with exit code '
-            f'{code}{sig}: {detail}{f" (then rank(s) {others} failed too)" if others else ""}. '
-            'The other workers were stopped.' + (f'\nRank {rank}\'s {stack}' if stack else ''))
+    return (f'DDP 工作进程 rank {rank}（共 {world_size} 个）'
+            f'{f"重启 {max_restarts} 次之后" if max_restarts else ""}失败，退出码 '
+            f'{code}{sig}：{detail}{f"（随后 rank {others} 也失败了）" if others else ""}。'
+            '其余工作进程已被停止。' + (f'\nrank {rank} 的 {stack}' if stack else ''))
 
 
 @record
