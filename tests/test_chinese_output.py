@@ -71,8 +71,9 @@ def english_lines(nb):
 def _unquoted(line):
     """The line without what is quoted in it ('...', "...", `...`), paths and dotted names, and
     what follows an exception's name (a library's message): names, not our sentences."""
-    line = re.sub(r'\b\w+(Error|Exception|Warning): .*', '', line)
-    return re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`|\S*[/.=_(]\S*", '', line)
+    line = re.sub(r'\b[A-Z]\w*(Error|Exception|Warning|ForSymbol)\b[^:：]*[:：].*', '', line)
+    line = re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`", '', line)
+    return re.sub(r'\S*[/.=_(]\S*', '', line)
 
 
 @pytest.mark.parametrize('path', NOTEBOOKS, ids=IDS)
