@@ -143,7 +143,8 @@ def test_failed_and_interrupted_reruns_leave_the_results_byte_identical(tmp_path
     assert not attempt.exists() and (folder / '05_x' / 'trace.json').read_text() == '3.0'
     assert re.search(r'8\.4 多GPU计算（\d+ 秒）：3\.00×（1\.50×–9\.50×）；最近 2 次运行：2\.00×、3\.00×',
                      out.stdout), out.stdout
-    assert '  8.4 多GPU计算：快了 3.00×（范围 1.50×–9.50×）。' in out.stdout, out.stdout
+    assert '  8.4 多GPU计算：把小批量分给 2 个设备，训练能不能更快？快了 3.00×（范围 1.50×–9.50×）。' \
+        in out.stdout, out.stdout
 
 
 def test_a_failure_while_replacing_results_puts_every_file_back(tmp_path, monkeypatch, capsys):
