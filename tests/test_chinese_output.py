@@ -29,15 +29,12 @@ GLUE = re.compile(r'\b(the|a|an|of|to|in|is|are|was|were|be|for|on|with|and|or|n
                   r'can|cannot|will|only|all|every|then|when|into|out|did|does|do)\b', re.I)
 
 
-class _Sentence:
-    """A run of three or more English words holding one of :data:`GLUE`."""
 
-    @staticmethod
-    def search(text):
-        return any(GLUE.search(m.group()) for m in RUN.finditer(text))
+def _has_sentence(text):
+    """Whether ``text`` holds a run of three or more English words with one of :data:`GLUE`."""
+    return any(GLUE.search(m.group()) for m in RUN.finditer(text))
 
 
-SENTENCE = _Sentence()
 LIBRARY = re.compile(
     r'^\s*(\w+(Error|Exception|Warning)\b|Traceback|File "|\||\+-|\[\d\d:\d\d:\d\d\]'
     r'|epoch \d+, loss|Stack trace|\d+: |warnings?\.warn)')
@@ -58,11 +55,11 @@ def english_lines(nb):
             library = False
             for line in lines:
                 library = library or line.startswith('Traceback')
-                if not library and not LIBRARY.match(line) and SENTENCE.search(_unquoted(line)):
+                if not library and not LIBRARY.match(line) and _has_sentence(_unquoted(line)):
                     found.append((number, line.strip()))
         for line in ''.join(cell['source']).splitlines():
             match = COMMENT.search(_unquoted(line))
-            if match and SENTENCE.search(match.group(1)) and \
+            if match and _has_sentence(match.group(1)) and \
                     not re.search(r'[\u4e00-\u9fff]', match.group(1)):
                 found.append((number, line.strip()))
     return found
