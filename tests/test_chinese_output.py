@@ -29,7 +29,6 @@ GLUE = re.compile(r'\b(the|a|an|of|to|in|is|are|was|were|be|for|on|with|and|or|n
                   r'can|cannot|will|only|all|every|then|when|into|out|did|does|do)\b', re.I)
 
 
-
 def _has_sentence(text):
     """Whether ``text`` holds a run of three or more English words with one of :data:`GLUE`."""
     return any(GLUE.search(m.group()) for m in RUN.finditer(text))
