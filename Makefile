@@ -91,8 +91,8 @@ test: data  ## unit tests of d2lzh + nbval on the notebooks
 
 # The GPU check: nbval on the PyTorch notebooks on this machine's GPUs, each on as many GPUs as
 # stored it, all the data (scripts/gpu_check.py); one that needs more GPUs is skipped.
-test-gpu: venv  ## nbval on the PyTorch notebooks (or NOTEBOOKS) on this machine's GPUs
-	$(PY) scripts/gpu_check.py $(filter notebooks/pytorch/%,$(NOTEBOOKS))
+test-gpu: venv  ## nbval on the PyTorch notebooks (or NOTEBOOKS) on this machine's GPUs; MXNet NOTEBOOKS on the CPU, the stored run's data
+	$(PY) scripts/gpu_check.py $(if $(notebooks_given),$(NOTEBOOKS),$(filter notebooks/pytorch/%,$(NOTEBOOKS)))
 
 CLOUD_PYTHON ?= $(PYTHON)
 cloud-test: data  ## open notebooks alone, as on Colab: fresh numpy-2 venv, no d2lzh, no MXNet

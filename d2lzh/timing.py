@@ -5,17 +5,10 @@ from collections import namedtuple
 
 
 class Benchmark:  #@save
-    """Time the code inside a ``with`` block and print it (book 8.2).
-
-    ``with Benchmark('label'):`` prints ``'label time: 0.1234 sec'`` on exit,
-    like d2lzh 1.0. The block's wall-clock time, in seconds, stays available
-    as ``.elapsed`` afterwards. The timer does not wait for asynchronous work:
-    end the block with ``nd.waitall()`` (or another sync point) to time the
-    computation rather than its launch.
-
-    Args:
-        prefix (str or None): label printed before ``time``.
-    """
+    """Time the code inside a ``with`` block (book 8.2): on exit print ``'<prefix> time: 0.1234
+    sec'`` as d2lzh 1.0 does and keep the seconds in ``.elapsed``. ``prefix``: str or None. It
+    does not wait for asynchronous work: end the block with ``nd.waitall()`` (or another sync
+    point) to time the computation rather than its launch."""
 
     def __init__(self, prefix=None):
         self.prefix = f'{prefix} ' if prefix else ''
@@ -96,9 +89,16 @@ class Speedup(namedtuple('Speedup', 'median low high repeats')):
         """+1 faster, -1 slower, 0 no clear difference (:data:`NOISE`)."""
         return direction(self.median, self.low, self.high)
 
+    def ratio_text(self):
+        """The ratio and its spread, no verdict: '0.95（3 次重复的中位数，范围 0.90–1.02）', for a
+        ratio whose direction the load decides (CPU contexts sharing cores) and would flip."""
+        return f'{format_ratio(self.median)}（{self._spread()}）'
+
+    def _spread(self):
+        return f'{self.repeats} 次重复的中位数，范围 {format_ratio(self.low)}–{format_ratio(self.high)}'
+
     def __str__(self):
-        low, high, median = map(format_ratio, (self.low, self.high, self.median))
-        spread = f'{self.repeats} 次重复的中位数，范围 {low}–{high}'
+        median, spread = format_ratio(self.median), self._spread()
         if self.direction > 0:
             return f'快了 {median} 倍（{spread}）'
         if self.direction < 0:

@@ -4,10 +4,12 @@ the machine that stored it had, against its stored outputs.
     python scripts/gpu_check.py [NOTEBOOK ...]      (default: every PyTorch notebook)
 
 A notebook stored on N GPUs (its metadata ``d2lzh.stored_gpus``, tests/nbval_tags.py) runs with
-``CUDA_VISIBLE_DEVICES`` set to the first N GPUs, on all the data, so that the cells tagged
-``stored-machine`` are compared too (numbers masked where tagged ``measured``); one with fewer
-GPUs than that here is skipped with a line that says so. Prints one summary line per notebook
-and exits 1 when one failed. No GPU at all: every notebook is skipped, exit 0.
+``CUDA_VISIBLE_DEVICES`` set to the first N GPUs, on the data of the stored run (no
+``$D2LZH_MAX_EXAMPLES``), so that the cells tagged ``stored-machine`` and ``stored-data`` are
+compared too (numbers masked where tagged ``measured``); one with fewer GPUs than that here is
+skipped with a line that says so. An MXNet notebook named here (stored on a CPU) runs on the
+CPU the same way, for its ``stored-data`` cells (minutes: all the data). Prints one summary line
+per notebook and exits 1 when one failed. No GPU at all: every PyTorch notebook is skipped.
 """
 import argparse
 import json
@@ -52,16 +54,17 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix='d2lzh-gpu-check-') as scratch:
         for path in paths:
             nb = project.find(path)
-            if nb is None or nb.edition != 'pytorch':
-                sys.exit(f'error: {path} is not a PyTorch notebook of d2lzh/project.py')
+            if nb is None:
+                sys.exit(f'error: {path} is not a notebook of d2lzh/project.py')
             need = stored_gpus(json.loads((ROOT / nb.path).read_text(encoding='utf-8'))['metadata'])
-            if need == 0 or here < need:
+            if (need == 0 and nb.edition == 'pytorch') or here < need:
                 why = '存储的输出来自 CPU' if need == 0 else f'存储它的机器有 {need} 块 GPU，这里只有 {here} 块'
                 print(f'{nb.path}: 跳过（{why}）')
                 continue
             start = time.perf_counter()
             ok, words = run_one(nb.path, need, Path(scratch))
-            print(f'{nb.path}: {words}，{need} 块 GPU，{time.perf_counter() - start:.0f} 秒',
+            where = f'{need} 块 GPU' if need else 'CPU，与存储时相同的数据'
+            print(f'{nb.path}: {words}，{where}，{time.perf_counter() - start:.0f} 秒',
                   flush=True)
             if not ok:
                 failed.append(nb.path)

@@ -145,8 +145,8 @@ def test_quoted_two_gpu_batch_figures_match_the_pytorch_output():
             return ''.join(c.source for c in cells if c.cell_type == 'markdown')
         return ''.join(o.get('text', '') for c in cells if c.cell_type == 'code'
                        for o in c.get('outputs', []))
-    quoted = re.search(r'批量翻倍后训练同样多的图像快了 (\S+) 倍（范围 (\S+)）.*?只有 (\S+) 倍的速度（范围 (\S+)）',
+    quoted = re.search(r'批量翻倍后训练同样多的图像快了 (\S+) 倍（范围 (\S+)）.*?速度之比是 (\S+)（范围 (\S+)）',
                        text('notebooks/05_multiple-gpus.ipynb', 'markdown'))
     printed = text('notebooks/pytorch/05_multiple-gpus.ipynb', 'code')
     assert quoted and f'训练同样多的图像快了 {quoted[1]} 倍（10 次重复的中位数，范围 {quoted[2]}）' in printed
-    assert f'只有原来的 {quoted[3]} 倍速度（10 次重复的中位数，范围 {quoted[4]}）' in printed
+    assert f'速度之比 {quoted[3]}（10 次重复的中位数，范围 {quoted[4]}）' in printed

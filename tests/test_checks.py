@@ -43,3 +43,12 @@ def test_speedup_sentence_never_rounds_a_direction_away():
     # Every repeat faster but the median under 10 % (1.05): no direction either.
     assert speedup([1.0] * 3, [0.95, 0.96, 0.94]).direction == 0
     assert speedup([1.0] * 3, [0.9, 0.9, 0.9]).direction == 1  # 1.11: past the band
+    # Without a verdict: the same digits as str() gives, never a direction word.
+    for faster in ([0.5, 0.6, 0.55], [1.003, 1.004, 1.002], [1.3, 1.4, 1.35]):
+        s = speedup([1.0] * 3, faster)
+        text = s.ratio_text()
+        median, spread = text.rstrip('）').split('（', 1)
+        assert median == format_ratio(s.median) and spread in str(s)
+        assert not any(word in text for word in ('快', '慢', '噪声'))
+    assert speedup([1.0] * 3, [1.003, 1.004, 1.002]).ratio_text() == \
+        '0.997（3 次重复的中位数，范围 0.996–0.998）'

@@ -21,7 +21,7 @@ def test_every_notebook_is_in_the_table_and_every_ignored_cell_says_why(capsys):
     assert not [p for p in problems if 'without a reason' in p], problems
 
 
-def _nbval(tmp_path, stored_gpus, tags, printed='acc 0.5 快\n'):
+def _nbval(tmp_path, stored_gpus, tags, printed='acc 0.5 快\n', max_examples=None):
     """nbval on a one-cell notebook that stored `printed` and prints 'acc 0.7 快'."""
     out = [nbformat.v4.new_output('stream', name='stdout', text=printed)]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
@@ -37,7 +37,10 @@ def _nbval(tmp_path, stored_gpus, tags, printed='acc 0.5 快\n'):
         return subprocess.run(
             [sys.executable, '-m', 'pytest', '--nbval', '--nbval-current-env', '-q',
              '-p', 'no:cacheprovider', str(path)], capture_output=True, text=True, timeout=300,
-            cwd=ROOT, env={**os.environ, 'CUDA_VISIBLE_DEVICES': ''}).returncode
+            cwd=ROOT, env={**{k: v for k, v in os.environ.items() if k != 'D2LZH_MAX_EXAMPLES'},
+                           'CUDA_VISIBLE_DEVICES': '',
+                           **({'D2LZH_MAX_EXAMPLES': max_examples} if max_examples else {})}
+        ).returncode
     finally:
         path.unlink()
         if not any(folder.iterdir()):
@@ -53,6 +56,13 @@ def _nbval(tmp_path, stored_gpus, tags, printed='acc 0.5 快\n'):
 ])
 def test_the_tags_in_an_nbval_run(tmp_path, stored_gpus, tags, printed, code):
     assert _nbval(tmp_path, stored_gpus, tags, printed) == code
+
+
+@pytest.mark.parametrize('max_examples, code', [('128', 0), (None, 1)])
+def test_stored_data_is_compared_only_on_the_stored_data(tmp_path, max_examples, code):
+    # make test trains on 128 images: not compared; the data of the stored run: compared.
+    tags = ['measured', 'stored-data']
+    assert _nbval(tmp_path, 0, tags, 'acc 0.5 慢\n', max_examples) == code
 
 
 def test_the_gpu_check_skips_what_this_machine_cannot_run():
