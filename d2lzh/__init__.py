@@ -3,10 +3,8 @@
 ``import d2lzh as d2l`` gives the MXNet API the book calls (``d2l.Benchmark``, ``d2l.try_gpu``,
 ``d2l.resnet18``, ``d2l.load_data_fashion_mnist`` ...), importing MXNet only when a name that
 needs it is first used; its import hook (:mod:`d2lzh.setup`) makes a plain ``import mxnet`` work
-on numpy 1.x and 2.x too. The framework-free modules are ``data``, ``timing``, ``plot``,
-``results``, ``checks``, ``jobs`` and ``project``; the editions are ``d2lzh.mxnet`` and
-``d2lzh.torch``.
-"""
+on numpy 1.x and 2.x too. The rooms (modules), their floors and who imports whom:
+docs/architecture.md."""
 from .mxnet import BOOK_NAMES as _MXNET_NAMES  # the names only: MXNet is not imported
 from .results import output_dir, record
 from .setup import add_import_hook, lazy_names

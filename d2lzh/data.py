@@ -11,6 +11,7 @@ for all four; 0.3 s less per start) is kept and read from then on; a copy that f
 verification is replaced; ``$D2LZH_DATA_COPY=0`` turns the copies off.
 """
 import gzip
+import numbers
 import hashlib
 import http.client
 import os
@@ -23,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .results import max_examples_from_env, parse_max_examples
+from .checks import check_positive_int
+from .setup.gpus import gpus_in_use
 
 FileSpec = namedtuple('FileSpec', ['name', 'sha256'])
 
@@ -310,6 +312,68 @@ class MinibatchIter:
     def num_examples(self):
         """Number of examples in one pass."""
         return len(self.labels)
+
+
+#: The training images the figures recorded from now on used (:func:`d2lzh.results.record`):
+#: ``{'subset': int or None}``, set by :func:`choose_max_examples`.
+CONTEXT = {}
+
+
+def parse_max_examples(value, what='max_examples'):
+    """A subset size: a positive int (or string of digits) -> int; None or 'all' -> None.
+    Raises ValueError for anything else (zero, negative, fractional, text), naming ``what``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ('', 'all'):
+            return None
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0:
+        return int(value)  # int or a numpy integer
+    raise ValueError(f'{what}={value!r} is not valid: use a positive whole number of examples '
+                     "(e.g. 2000) or 'all' for the full data set (60,000 training and 10,000 "
+                     'test images).')
+
+
+def max_examples_from_env():
+    """``$D2LZH_MAX_EXAMPLES`` as an int, or None when unset or ``all`` (ValueError else)."""
+    return parse_max_examples(os.environ.get('D2LZH_MAX_EXAMPLES'), 'D2LZH_MAX_EXAMPLES')
+
+
+def note_data_subset(num_train):
+    """Say that the figures recorded from now on were trained on the first ``num_train``
+    training images (None: all). Raises ValueError unless None or a positive int."""
+    check_positive_int('num_train', num_train, allow_none=True)
+    CONTEXT['subset'] = None if num_train is None else int(num_train)
+
+
+def choose_max_examples(cpu_default, gpu_available=None):
+    """How much of Fashion-MNIST a training cell uses (None: all, else the first N training and
+    test images); prints the choice and why (Chinese) and notes it for the figures recorded
+    after it. ``$D2LZH_MAX_EXAMPLES``, when set, decides (``make test``: 128). Otherwise a
+    machine with a GPU the imported edition can use (``gpu_available``, bool, by default asked
+    of that edition) takes all the data, the book's setting, and a CPU-only machine the first
+    ``cpu_default`` (int), so that the notebook ends in minutes; ``cpu_default=None``: all the
+    data there too. ValueError: an invalid size."""
+    gpu_available = bool(gpus_in_use()) if gpu_available is None else gpu_available
+    env = os.environ.get('D2LZH_MAX_EXAMPLES', '').strip()
+    if env:
+        n, why = max_examples_from_env(), f'环境变量 D2LZH_MAX_EXAMPLES={env}'
+    elif gpu_available or cpu_default is None:
+        n, why = None, '检测到可用的 GPU，按书中设置' if gpu_available else '按书中设置'
+    else:
+        n = parse_max_examples(cpu_default, 'cpu_default')
+        why = ('没有可用的 GPU：为了在 CPU 上几分钟内跑完，只用数据的一个子集'
+               '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2 核 CPU 上会慢得多）')
+    note_data_subset(None if n is None else min(n, TRAIN_SIZE))
+    if n is None:
+        print(f'{why}：使用全部 {TRAIN_SIZE} 张训练图像和 {TEST_SIZE} 张测试图像。')
+    else:
+        print(f'{why}：使用前 {min(n, TRAIN_SIZE)}/{TRAIN_SIZE} 张训练图像和前 '
+              f'{min(n, TEST_SIZE)}/{TEST_SIZE} 张测试图像。')
+    return n
 
 
 def get_fashion_mnist_labels(labels):

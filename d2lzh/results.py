@@ -1,93 +1,19 @@
-"""What a notebook measured, and on how much data (beyond the book): :func:`record` keeps a
-key figure for ``make run``'s summary, :func:`choose_max_examples` decides how much of
-Fashion-MNIST a training cell uses (and remembers it for the figures recorded after it), and
+"""What a notebook measured (beyond the book): :func:`record` keeps a key figure for ``make
+run``'s summary (with the data subset :func:`d2lzh.data.choose_max_examples` chose), and
 :func:`load_reference` reads a benchmark JSON of the repository that a notebook quotes.
 """
 import json
-import numbers
 import os
-import sys
 
-from . import project
-from .checks import check_positive_int
+from . import data, project
+from .setup.gpus import gpus_in_use
 
-#: What the figures recorded from now on were measured on: ``{'subset': int or None}``.
-CONTEXT = {}
 #: Where :func:`load_reference` downloads from instead of the repository: a URL ending in
 #: ``/`` (``file://CHECKOUT/`` when scripts/cloud_runtime.py stands a checkout in for it).
 REFERENCE_URL_ENV = 'D2LZH_REFERENCE_URL'
 #: What a figure is, for the summary (:func:`record`'s ``kind``): a speed-up (time before / time
 #: after, charted), another ratio (not charted), a test accuracy; None: not said.
 KINDS = ('speedup', 'ratio', 'accuracy')
-
-
-def parse_max_examples(value, what='max_examples'):
-    """A subset size: a positive int (or string of digits) -> int; None or 'all' -> None.
-    Raises ValueError for anything else (zero, negative, fractional, text), naming ``what``."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ('', 'all'):
-            return None
-        if text.isdigit() and int(text) > 0:
-            return int(text)
-    elif isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0:
-        return int(value)  # int or a numpy integer
-    raise ValueError(f'{what}={value!r} is not valid: use a positive whole number of examples '
-                     "(e.g. 2000) or 'all' for the full data set (60,000 training and 10,000 "
-                     'test images).')
-
-
-def max_examples_from_env():
-    """``$D2LZH_MAX_EXAMPLES`` as an int, or None when unset or ``all`` (ValueError else)."""
-    return parse_max_examples(os.environ.get('D2LZH_MAX_EXAMPLES'), 'D2LZH_MAX_EXAMPLES')
-
-
-def note_data_subset(num_train):
-    """Say that the figures recorded from now on were trained on the first ``num_train``
-    training images (None: all). Raises ValueError unless None or a positive int."""
-    check_positive_int('num_train', num_train, allow_none=True)
-    CONTEXT['subset'] = None if num_train is None else int(num_train)
-
-
-def choose_max_examples(cpu_default, gpu_available=None):
-    """How much of Fashion-MNIST a training cell uses; prints the choice and why (Chinese).
-
-    ``$D2LZH_MAX_EXAMPLES``, when set, decides. Otherwise a machine with a working GPU uses
-    the whole data set (the book's settings) and a CPU-only machine the first ``cpu_default``
-    training and test examples, so that the notebook ends in minutes. Each edition's
-    ``gpu_available`` (bool) defaults to whether the edition imported has a GPU it can use.
-    Returns the subset size (int), or None for all; ValueError for an invalid size.
-    """
-    train_size, test_size = 60000, 10000
-    gpu_available = bool(_gpus_in_use()) if gpu_available is None else gpu_available
-    env = os.environ.get('D2LZH_MAX_EXAMPLES', '').strip()
-    if env:
-        n, why = max_examples_from_env(), f'环境变量 D2LZH_MAX_EXAMPLES={env}'
-    elif gpu_available:
-        n, why = None, '检测到可用的 GPU，按书中设置'
-    else:
-        n = parse_max_examples(cpu_default, 'cpu_default')
-        why = ('没有可用的 GPU：为了在 CPU 上几分钟内跑完，只用数据的一个子集'
-               '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2 核 CPU 上会慢得多）')
-    note_data_subset(None if n is None else min(n, train_size))
-    if n is None:
-        print(f'{why}：使用全部 {train_size} 张训练图像和 {test_size} 张测试图像。')
-    else:
-        print(f'{why}：使用前 {min(n, train_size)}/{train_size} 张训练图像和前 '
-              f'{min(n, test_size)}/{test_size} 张测试图像。')
-    return n
-
-
-def _gpus_in_use():
-    """GPUs usable by the framework edition the notebook imported, or None."""
-    if 'd2lzh.torch' in sys.modules:
-        return int(sys.modules['d2lzh.torch'].num_gpus())
-    if 'd2lzh.mxnet.book' in sys.modules:  # (d2lzh.mxnet alone does not import MXNet)
-        book = sys.modules['d2lzh.mxnet.book']
-        return sum(c.device_type == 'gpu' for c in book.try_all_gpus())
-    return None
 
 
 def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
@@ -117,8 +43,8 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
         raise ValueError(f'record: kind must be one of {KINDS} or None, got {kind!r}')
     path = os.environ.get('D2LZH_RESULTS')
     if path:
-        item = {'key': key, 'value': value, 'unit': unit, 'subset': CONTEXT.get('subset'),
-                'gpus': _gpus_in_use(), 'note': note, 'what': what, 'tags': list(tags),
+        item = {'key': key, 'value': value, 'unit': unit, 'subset': data.CONTEXT.get('subset'),
+                'gpus': gpus_in_use(), 'note': note, 'what': what, 'tags': list(tags),
                 'spread': None if spread is None else [float(x) for x in spread],
                 'headline': bool(headline), 'kind': kind}
         with open(path, 'a', encoding='utf-8') as f:

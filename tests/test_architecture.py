@@ -50,3 +50,10 @@ def test_the_checks_read_real_imports():
     """The reader above sees a relative import inside a function."""
     names = set(imports(PACKAGE / 'torch' / 'ddp.py'))
     assert 'd2lzh.torch.recipe' in names and 'torch.distributed' in names
+
+
+def test_the_data_room_is_below_the_results_room():
+    """The data and its subset (data.py) come first; the figures recorded on them (results.py)
+    build on it, never the other way round."""
+    assert not _hits(PACKAGE / 'data.py', 'd2lzh.results')
+    assert _hits(PACKAGE / 'results.py', 'd2lzh.data')

@@ -41,13 +41,13 @@ def test_read_idx_rejects_malformed(content, message):
     (None, None), ('all', None), ('ALL', None), ('', None), (5, 5), ('600', 600),
     (np.int64(7), 7)])
 def test_parse_max_examples_accepts(value, expected):
-    assert results.parse_max_examples(value) == expected
+    assert data.parse_max_examples(value) == expected
 
 
 @pytest.mark.parametrize('value', [0, -3, 2.5, '1e3', 'ten', True, '0', '-5', [3]])
 def test_parse_max_examples_rejects(value):
     with pytest.raises(ValueError, match="positive whole number.*'all'"):
-        results.parse_max_examples(value)
+        data.parse_max_examples(value)
 
 
 def test_invalid_env_max_examples_names_the_variable(isolated, tiny_dataset, monkeypatch):
@@ -375,15 +375,17 @@ def test_named_folder_that_cannot_be_written_is_reported_before_downloading_else
 def test_figures_carry_the_subset_that_choose_max_examples_picked(tmp_path, monkeypatch, capsys):
     """make run's summary labels figures trained on a CPU subset (d2lzh.results)."""
     from d2lzh import results
-    monkeypatch.setattr(results, 'CONTEXT', {})
+    monkeypatch.setattr(data, 'CONTEXT', {})
     monkeypatch.delenv('D2LZH_MAX_EXAMPLES', raising=False)
     out = tmp_path / 'figures.jsonl'
     monkeypatch.setenv('D2LZH_RESULTS', str(out))
-    assert results.choose_max_examples(cpu_default=300, gpu_available=False) == 300
+    assert data.choose_max_examples(cpu_default=300, gpu_available=False) == 300
     assert '前 300/60000 张训练图像' in capsys.readouterr().out
     results.record('test_acc', 0.1)
-    assert results.choose_max_examples(cpu_default=300, gpu_available=True) is None
+    assert data.choose_max_examples(cpu_default=300, gpu_available=True) is None
     results.record('test_acc_full', 0.9, note='book settings')
+    assert data.choose_max_examples(cpu_default=None, gpu_available=False) is None  # all, on a CPU
+    assert '按书中设置：使用全部 60000 张训练图像' in capsys.readouterr().out
     figures = results.read_figures(out)
     assert figures['test_acc']['subset'] == 300 and figures['test_acc']['value'] == 0.1
     assert figures['test_acc_full']['subset'] is None

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 from .. import checks as _checks, data as _data
-from ..results import choose_max_examples  # noqa: F401  (a book name of this edition)
+from ..data import choose_max_examples  # noqa: F401  (a book name of this edition)
 from ..setup import import_mxnet
 from ..setup.cuda11 import no_gpu_warning
 from ..setup.gpus import GPUQueryError, query_gpus

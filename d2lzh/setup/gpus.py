@@ -3,6 +3,7 @@ which the installer chooses the MXNet build and the MXNet edition names GPUs (``
 import re
 import shutil
 import subprocess
+import sys
 from collections import namedtuple
 
 GPU = namedtuple('GPU', 'name compute_capability')
@@ -42,3 +43,14 @@ def query_gpus(timeout=30):
         m = re.fullmatch(r'\s*(\d+)\.(\d+)\s*', cap) if name else None
         gpus.append(GPU((name or line).strip(), (int(m[1]), int(m[2])) if m else None))
     return gpus
+
+
+def gpus_in_use():
+    """How many GPUs the d2lzh edition the notebook imported can use (int), or None when it
+    imported none (for :func:`d2lzh.data.choose_max_examples` and :func:`d2lzh.results.record`)."""
+    if 'd2lzh.torch' in sys.modules:
+        return int(sys.modules['d2lzh.torch'].num_gpus())
+    if 'd2lzh.mxnet.book' in sys.modules:  # (d2lzh.mxnet alone does not import MXNet)
+        book = sys.modules['d2lzh.mxnet.book']
+        return sum(c.device_type == 'gpu' for c in book.try_all_gpus())
+    return None

@@ -1,14 +1,13 @@
 """The PyTorch edition, ``from d2lzh import torch as d2l``: the names of :mod:`d2lzh.mxnet`
-with PyTorch semantics, from ``book``, ``data`` (iterators), ``train`` (the book's loop),
-``recipe`` (the fast path), ``measure`` (notebook 07's ladder, ``cold_start``), ``ddp`` (the
-torchrun worker) and ``launch`` (``run_ddp``, ``measure_allreduce``); the last two are
-imported at the first use of their names, so that ``python -m d2lzh.torch.ddp`` runs cleanly."""
+with PyTorch semantics (its rooms: docs/architecture.md); ``ddp`` and ``launch`` are imported at
+the first use of their names, so that ``python -m d2lzh.torch.ddp`` runs cleanly."""
 import torch  # noqa: F401  (part of this module's API: d2l.torch)
 import torch.nn.functional as F  # noqa: F401
 from torch import nn  # noqa: F401
 
+from ..data import choose_max_examples  # noqa: F401
 from ..plot import bar_chart, set_figsize, timeline  # noqa: F401
-from ..results import choose_max_examples, load_reference, output_dir, record  # noqa: F401
+from ..results import load_reference, output_dir, record  # noqa: F401
 from ..setup import lazy_names
 from ..timing import Benchmark, Timer, speedup  # noqa: F401
 from .book import *  # noqa: F401,F403
