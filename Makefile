@@ -103,7 +103,9 @@ cloud-test: data  ## open notebooks alone, as on Colab: fresh numpy-2 venv, no d
 # registered inside .venv, first on JUPYTER_PATH.
 lab: data  ## JupyterLab on your own copies of the notebooks, made once in build/lab/notebooks/
 	$(PIP) install -r requirements-lab.txt
-	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ipykernel)"
+	@# ipykernel writes the kernel spec into a temporary folder it does not remove: give it one we remove
+	tmp=$$(mktemp -d) && TMPDIR=$$tmp $(PY) -m ipykernel install --sys-prefix --name python3 \
+	  --display-name "Python 3 (ipykernel)"; status=$$?; rm -rf "$$tmp"; exit $$status
 	$(PY) scripts/lab.py --dest $(BUILD)/lab
 	cd $(BUILD)/lab/notebooks && JUPYTER_PATH=$(abspath $(VENV))/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} \
 	  $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)

@@ -12,7 +12,7 @@ from .setup.gpus import gpus_in_use
 #: ``/`` (``file://CHECKOUT/`` when scripts/cloud_runtime.py stands a checkout in for it).
 REFERENCE_URL_ENV = 'D2LZH_REFERENCE_URL'
 #: What a figure is, for the summary (:func:`record`'s ``kind``): a speed-up (time before / time
-#: after, charted), another ratio (not charted), a test accuracy; None: not said.
+#: after, charted), a ratio the notebook states without a verdict, a test accuracy; None: not said.
 KINDS = ('speedup', 'ratio', 'accuracy')
 
 

@@ -9,10 +9,13 @@ summary, on the console (:func:`summary_lines`) and in ``summary.md``, says per 
    the reasons a notebook gives that it did not measure: :data:`REASONS`);
 2. one takeaway per section from its headline figure and its spread: a speed-up whose range
    without a clear direction (d2lzh.timing.direction) is 测不出明显差别, never faster or slower;
+   a ratio (kind ``'ratio'``: one the notebook itself reports without a verdict, e.g. where
+   stored runs fell on both sides of the 10 % line) is given as a ratio, with no verdict;
 3. the table: every notebook's headline figure and earlier runs (summary.md: every figure).
 
-One rule for numbers (:func:`format_value`). ``summary.png`` charts the speed-ups only
-(:func:`kind_of`); ``summary.html`` shows both on one page.
+One rule for numbers (:func:`format_value`). ``summary.png`` charts each notebook's headline
+speed-up or headline ratio (the latter in its own colour, no verdict); ``summary.html`` shows both
+on one page.
 """
 import json
 import math
@@ -254,7 +257,9 @@ def takeaway(row):
         return f'{head}没有记录任何数字。'
     kind, subject = kind_of(key, fig), _subject(label(key, fig))
     value = format_value(fig['value'], fig.get('unit', ''), kind)
-    if kind in ('speedup', 'ratio') and fig.get('spread'):
+    if kind == 'ratio' and fig.get('spread'):
+        text = f'比值 {value}（范围 {_range(fig, kind)}；本节只报比值，不判断快慢）'
+    elif kind == 'speedup' and fig.get('spread'):
         text = {'faster': f'快了 {value}（范围 {_range(fig, kind)}）',
                 'slower': f'反而慢了，只有原来速度的 {value}（范围 {_range(fig, kind)}）',
                 'same': f'测不出明显差别（{value}，范围 {_range(fig, kind)}）'}[verdict(fig)]
@@ -327,28 +332,31 @@ def summary_markdown(rows_by_edition, history, build=None, chart=True):
 
 # ---------------------------------------------------------------- chart
 def speedups(rows_by_edition):
-    """The headline speed-up of each notebook (kind ``'speedup'``: never another ratio), in the
-    summary's order: dicts with edition, label (Chinese, with the conditions that change its
-    reading, e.g. 2 个设备 = 同一组 CPU 核心), key, value, spread, verdict."""
+    """The headline speed-up or ratio of each notebook (a figure that is not its headline is
+    never charted), in the summary's order: dicts with edition, label (Chinese, with the
+    conditions that change its reading, e.g. 2 个设备 = 同一组 CPU 核心), key, value, spread,
+    verdict (:func:`verdict`; ``'plain'`` for a ratio, which has none)."""
     out = []
     for edition, rows in rows_by_edition.items():
         short = EDITIONS.get(edition, (edition,))[0]
         for r in rows:
             for key, fig in r['figures'].items():
-                if kind_of(key, fig) == 'speedup' and isinstance(fig['value'], (int, float)) \
+                kind = kind_of(key, fig)
+                if kind in ('speedup', 'ratio') and isinstance(fig['value'], (int, float)) \
                         and fig.get('headline'):
                     tags = '；'.join(t for t in measured_on(fig, key) if '=' in t or '代替' in t)
                     out.append({'edition': edition, 'key': f"{short} {r['name']}: {key}",
                                 'label': f"{short} {_title(r).split()[0]} "
                                          f"{_subject(label(key, fig))}" + (f'（{tags}）' if tags else ''),
                                 'value': float(fig['value']), 'spread': fig.get('spread'),
-                                'verdict': verdict(fig)})
+                                'verdict': verdict(fig) if kind == 'speedup' else 'plain'})
     return out
 
 
 COLOURS = {'faster': ('tab:green', '更快（范围在 1 的右侧，快 10% 以上）'),
            'slower': ('tab:red', '更慢（范围在 1 的左侧，慢 10% 以上）'),
-           'same': ('tab:gray', '测不出明显差别'), None: ('tab:blue', '没有记录范围')}
+           'same': ('tab:gray', '测不出明显差别'), None: ('tab:blue', '没有记录范围'),
+           'plain': ('tab:purple', '只报比值（笔记本不判断快慢）')}
 
 
 def draw_chart(items, path):

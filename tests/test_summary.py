@@ -109,6 +109,11 @@ def test_a_range_covering_1x_is_never_faster_or_slower():
             '；条件：cpu(1)：CPU 上下文代替 GPU。'  # no 内存池: a reason 4.6 did not measure
     fig = {'value': 1.0, 'unit': 'x', 'spread': (0.975, 1.02)}
     assert run_summary.value_text('k', fig) == '1.00×（0.97×–1.02×，测不出明显差别）'
+    # a headline the notebook reports without a verdict (kind 'ratio') gets none here either
+    fig = {'value': 1.16, 'unit': 'x', 'spread': (1.12, 1.73), 'kind': 'ratio', 'headline': True,
+           'what': '只在最后同步相对每次都同步的加速比'}
+    text = run_summary.takeaway(dict(row, figures={'async_speedup_book': fig}))
+    assert '比值 1.16×（范围 1.12×–1.73×；本节只报比值，不判断快慢）' in text and '快了' not in text
 
 
 def test_numbers_follow_one_rule(recorded):
@@ -141,14 +146,17 @@ def test_chart_holds_one_headline_speedup_per_section(recorded, tmp_path):
     assert [it['verdict'] for it in charted][:3] == ['same', 'faster', 'same']
     # the conditions that change a row's reading are in its label
     assert charted[4]['label'].endswith('（2 个设备 = 同一组 CPU 核心）'), charted[4]['label']
-    # a ratio recorded with kind='ratio' stays out whatever its key; the chart is drawn
+    # a headline ratio (kind='ratio': reported without a verdict) is charted in its own colour,
+    # a ratio that is not a headline stays out; the chart is drawn
     figures = {'flops': {'value': 9.0, 'unit': 'x', 'kind': 'ratio', 'spread': [8.0, 10.0]},
-               'speed': {'value': 2.0, 'unit': 'x', 'kind': 'speedup', 'spread': [1.5, 2.5]}}
-    for fig in figures.values():
-        fig['headline'] = True
+               'speed': {'value': 2.0, 'unit': 'x', 'kind': 'speedup', 'spread': [1.5, 2.5]},
+               'async': {'value': 1.2, 'unit': 'x', 'kind': 'ratio', 'spread': [1.15, 1.3]}}
+    for key in ('speed', 'async'):
+        figures[key]['headline'] = True
     items = run_summary.speedups({'pytorch': [{'name': '01_x', 'title': '4.6 GPU计算',
                                                'figures': figures}]})
-    assert [it['key'] for it in items] == ['PyTorch 01_x: speed']
+    assert [(it['key'], it['verdict']) for it in items] == [('PyTorch 01_x: speed', 'faster'),
+                                                             ('PyTorch 01_x: async', 'plain')]
     run_summary.draw_chart(items, tmp_path / 'chart.png')
     assert (tmp_path / 'chart.png').read_bytes()[:4] == b'\x89PNG'
 
