@@ -73,6 +73,20 @@ def stored_gpus(metadata):
     return int(metadata.get('d2lzh', {}).get('stored_gpus', 0))
 
 
+def quiet(source):
+    """Whether IPython hides the value of a cell with this ``source``: its last token, comments
+    and blank lines aside, is ';' (a trailing comment does not make it show)."""
+    import io
+    import tokenize
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER)
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                  if t.type not in skip]
+    except (tokenize.TokenError, SyntaxError, IndentationError):  # e.g. a `!` shell line
+        return source.rstrip().endswith(';')
+    return bool(tokens) and tokens[-1].string == ';'
+
+
 def apply(item, gpus):
     """Give nbval's cell ``item`` the meaning of the project's tags on a machine with
     ``gpus`` GPUs."""
@@ -85,7 +99,7 @@ def apply(item, gpus):
         item.options['check'] = False
     if 'stored-data' in tags and os.environ.get('D2LZH_MAX_EXAMPLES', '').strip():
         item.options['check'] = False
-    if item.cell.source.rstrip().endswith(';'):
+    if quiet(item.cell.source):
         # IPython hides the value of a cell ending in ';' by reading the cell from its history;
         # nbval executes with store_history=False, so the value shows: drop it, as Jupyter does.
         compare = item.compare_outputs

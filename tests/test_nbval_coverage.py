@@ -72,3 +72,13 @@ def test_the_gpu_check_skips_what_this_machine_cannot_run():
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count('跳过') == 8 and '这台机器有 0 块 GPU' in out.stdout, out.stdout
     assert 'notebooks/pytorch/06_multiple-gpus-concise.ipynb: 跳过（存储它的机器有' in out.stdout
+
+
+@pytest.mark.parametrize('source, hidden', [
+    ('d2l.record("k", 1);', True), ('d2l.record("k", 1);  # 注释', True),
+    ('f(\n  1);\n\n# 末尾的注释\n', True), ('f(1)  # ;', False), ("a = 'x;'\na", False)])
+def test_a_cell_is_quiet_as_ipython_decides(source, hidden):
+    """IPython hides a cell's value when its last token, comments aside, is ';'."""
+    sys.path.insert(0, str(ROOT / 'tests'))
+    from nbval_tags import quiet
+    assert quiet(source) is hidden
