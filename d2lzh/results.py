@@ -5,7 +5,7 @@ run``'s summary (with the data subset :func:`d2lzh.data.choose_max_examples` cho
 import json
 import os
 
-from . import data, project
+from . import project
 from .setup.gpus import gpus_in_use
 
 #: Where :func:`load_reference` downloads from instead of the repository: a URL ending in
@@ -43,6 +43,7 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
         raise ValueError(f'record: kind must be one of {KINDS} or None, got {kind!r}')
     path = os.environ.get('D2LZH_RESULTS')
     if path:
+        from . import data  # here, not at the top: `import d2lzh` stays free of numpy
         item = {'key': key, 'value': value, 'unit': unit, 'subset': data.CONTEXT.get('subset'),
                 'gpus': gpus_in_use(), 'note': note, 'what': what, 'tags': list(tags),
                 'spread': None if spread is None else [float(x) for x in spread],
