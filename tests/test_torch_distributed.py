@@ -345,3 +345,42 @@ def test_forking_launcher_trains_and_names_a_failing_rank(debian_dir, tmp_path):
     assert 'DDP 工作进程 rank 1（共 2 个）失败，退出码 1：RuntimeError: 工作进程 rank 1 在第 0 个' \
         '小批量之前故意失败（D2LZH_FAULT=raise:1:0）' in outs[0]
     assert 'rank 1 的 Traceback (most recent call last)' in outs[0]
+
+
+BLOCKED_PEERS = '''
+import sys, time
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+from d2lzh.torch import ddp, launch
+
+
+@record
+def blocked(failed_at):
+    rank, _, _ = ddp.init_process_group('gloo', timeout=120)
+    if rank == 2:
+        time.sleep(1)
+        with open(failed_at, 'w') as f:
+            f.write(repr(time.time()))
+        raise RuntimeError('rank 2 fails while ranks 0 and 1 wait for each other')
+    dist.recv(torch.zeros(1), src=1 - rank)  # never sent: blocked in gloo's C++ wait
+
+
+try:
+    launch._launch(3, blocked, (sys.argv[1],), start='fork')
+except RuntimeError as err:
+    print(err)
+'''
+
+
+def test_forked_workers_blocked_in_a_collective_end_soon_after_a_peer_fails(debian_dir, tmp_path):
+    """A forked worker blocked in a collective (as in NCCL, which spins in C++) ends when
+    torchelastic's agent stops it, not 30 s later when the agent's SIGKILL comes: the
+    launcher puts the stop signals back to their default action in its forked workers."""
+    script = tmp_path / 'blocked.py'
+    script.write_text(BLOCKED_PEERS)
+    failed_at = tmp_path / 'failed_at'
+    codes, outs, end = _run([[sys.executable, str(script), str(failed_at)]], tmp_path)
+    assert codes == [0], outs
+    assert 'DDP 工作进程 rank 2（共 3 个）失败，退出码 1：RuntimeError: rank 2 fails' in outs[0]
+    assert end - float(failed_at.read_text()) < 10

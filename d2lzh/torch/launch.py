@@ -75,6 +75,8 @@ def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0, sta
         rdzv_backend='c10d', rdzv_endpoint='127.0.0.1:0', max_restarts=max_restarts,
         rdzv_configs={'join_timeout': join_timeout}, monitor_interval=0.1, start_method=start,
         logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ERR))
+    if start == 'fork':
+        entrypoint, args = _forked_worker, (entrypoint, *args)
     try:
         return elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as err:
@@ -85,6 +87,18 @@ def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0, sta
             signal.signal(sig, handler)
         for path in [log_dir, *(set(_leftovers()) - before)]:
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+
+
+def _forked_worker(entrypoint, *args):
+    """``entrypoint(*args)`` in a forked worker, its stop signals at their default action first.
+    torchelastic's stop sequence is SIGTERM, then SIGKILL after 30 s. A forked worker inherits
+    the agent's handlers for SIGTERM, SIGINT, SIGHUP and SIGQUIT, which raise an exception in
+    Python; a worker blocked in a collective (NCCL spins in C++) never gets back to Python to
+    raise it, so it held its GPU for those 30 s. With the default action the signal ends it
+    at once, as it ends torchrun's workers (new processes)."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    return entrypoint(*args)
 
 
 def _leftovers():  # what torch leaves in the temporary folder, and never removes (a failing
