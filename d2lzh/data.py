@@ -1,15 +1,12 @@
 """Fashion-MNIST for both editions: find, verify, download and parse into numpy arrays (book
 3.5); each edition wraps them into minibatch iterators (``load_data_fashion_mnist``).
 
-The files are looked for in ``root``, ``$D2LZH_DATA_DIR``, MXNet's cache
-(``$MXNET_HOME/datasets/fashion-mnist``) and ``/usr/share/datasets/fashion-mnist`` (Debian's
-``dataset-fashion-mnist``, never written to); else downloaded (``$D2LZH_DATA_URL``) into the
-first writable of the first three. Every file is checked against the SHA-256 of its
-*decompressed* content before use, so Debian's recompressed copy is accepted and a truncated or
-wrong file never is. Beside each ``.gz`` read (not Debian's), a verified decompressed copy (55 MB
-for all four; 0.3 s less per start) is kept and read from then on; a copy that fails
-verification is replaced; ``$D2LZH_DATA_COPY=0`` turns the copies off.
-"""
+Looked for in ``root``, ``$D2LZH_DATA_DIR``, MXNet's cache (``$MXNET_HOME/datasets/
+fashion-mnist``) and Debian's read-only ``/usr/share/datasets/fashion-mnist``; else downloaded
+(``$D2LZH_DATA_URL``) into the first writable of the first three. Each file must match the SHA-256
+of its *decompressed* content (Debian's recompressed copy passes, a truncated file never does).
+Beside each ``.gz`` read (not Debian's) a verified decompressed copy is kept and read from then on
+(55 MB for all four, 0.3 s less per start; replaced if it fails; ``$D2LZH_DATA_COPY=0``: none)."""
 import gzip
 import numbers
 import hashlib

@@ -98,11 +98,8 @@ class Fault:
 
     @classmethod
     def parse(cls, text):
-        """``'KIND:RANK:STEP'`` (e.g. ``'kill:1:3'``) -> Fault; None or '' -> None.
-
-        Raises:
-            ValueError: the text is not of that form; the message shows one that is.
-        """
+        """``'KIND:RANK:STEP'`` (e.g. ``'kill:1:3'``) -> Fault; None or '' -> None. ValueError:
+        the text is not of that form (the message shows one that is)."""
         if not text:
             return None
         try:
@@ -147,11 +144,7 @@ class _FaultyIter:
 
 def inject_faults(data_iter, rank, text=None):
     """The test seam: ``data_iter`` itself, or wrapped so that it fails as ``text`` (default
-    ``$D2LZH_FAULT``) asks when ``rank`` is the rank named there.
-
-    Raises:
-        ValueError: the fault text is not valid (see :meth:`Fault.parse`).
-    """
+    ``$D2LZH_FAULT``) asks when ``rank`` is the rank named there. ValueError: a bad fault text."""
     fault = Fault.parse(os.environ.get(FAULT_ENV) if text is None else text)
     if fault is None or fault.rank != rank:
         return data_iter

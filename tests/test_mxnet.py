@@ -101,8 +101,8 @@ def test_split_and_load_uneven_raises_with_the_fix():
     with pytest.raises(ValueError) as info:
         d2l.split_and_load(nd.zeros((7, 2)), CPUS[:2])
     message = str(info.value)
-    assert 'batch of 7 examples' in message and 'over 2 devices' in message
-    assert 'multiple of 2' in message and 'even_split=False' in message
+    assert '不能把 7 个样本的批量均分到 2 个设备上' in message
+    assert '2 的倍数' in message and 'even_split=False' in message
 
 
 def test_split_and_load_uneven_allowed():
@@ -117,7 +117,7 @@ def test_split_and_load_other_axis():
 
 
 def test_split_and_load_fewer_examples_than_devices():
-    with pytest.raises(ValueError, match='batch of 1 examples evenly over 2'):
+    with pytest.raises(ValueError, match='不能把 1 个样本的批量均分到 2 个设备上：批量大小要是 2 的倍数$'):
         d2l.split_and_load(nd.zeros((1, 2)), CPUS[:2], even_split=False)
 
 

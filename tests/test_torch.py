@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip('torch')
 from d2lzh import torch as d2l  # noqa: E402
 from d2lzh.torch import book  # noqa: E402  (where the device functions live: patch there)
+from d2lzh.torch import data as tdata  # noqa: E402
 
 CPU = torch.device('cpu')
 
@@ -59,8 +60,8 @@ def test_split_and_load():
     parts = d2l.split_and_load(X, [CPU] * 3)
     assert [p.shape for p in parts] == [(2, 2)] * 3
     assert torch.equal(torch.cat(parts), X)
-    with pytest.raises(ValueError, match='batch of 7 examples evenly over 2 devices.*'
-                                         'multiple of 2.*even_split=False'):
+    with pytest.raises(ValueError, match='不能把 7 个样本的批量均分到 2 个设备上.*'
+                                         '2 的倍数.*even_split=False'):
         d2l.split_and_load(torch.zeros(7, 2), [CPU] * 2)
     assert [p.shape[0] for p in d2l.split_and_load(np.zeros(7), [CPU] * 3,
                                                    even_split=False)] == [2, 2, 3]
@@ -204,7 +205,7 @@ def test_shard_iter_takes_its_slice_of_the_global_minibatch():
     from d2lzh import jobs
     images = np.arange(10 * 28 * 28, dtype=np.uint8).reshape(10, 28, 28) % 251
     labels = np.arange(10)
-    shards = [d2l.ShardIter(images, labels, 2, rank, 2, seed=3) for rank in range(2)]
+    shards = [tdata.ShardIter(images, labels, 2, rank, 2, seed=3) for rank in range(2)]
     for epoch in (0, 1):
         for s in shards:
             s.set_epoch(epoch)
@@ -218,7 +219,7 @@ def test_shard_iter_takes_its_slice_of_the_global_minibatch():
             assert X.dtype == torch.float32 and X.shape == (4, 1, 28, 28)
             assert torch.equal(X[:, 0], torch.tensor(images[index] / 255, dtype=torch.float32))
     with pytest.raises(ValueError, match='fewer than one global minibatch'):
-        d2l.ShardIter(images, labels, 8, 0, 2)
+        tdata.ShardIter(images, labels, 8, 0, 2)
 
 
 # ------------------------------------------------------------- the book's loop (8.5)
@@ -361,9 +362,9 @@ def test_fused_sgd_state_round_trip():
 def _own_images(tiny_dataset, batch_size=4):
     """Training iterator and, as test set, the same 12 images: a linear model learns them."""
     arrays = tiny_dataset[1]
-    return (d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], batch_size,
+    return (tdata.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], batch_size,
                                  True),
-            d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, False))
+            tdata.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], 4, False))
 
 
 TTA = d2l.Recipe(batch_size=4, epochs=30, lr=0.05, momentum=0.9, nesterov=True,
@@ -459,9 +460,9 @@ def _fake_graphs(monkeypatch, log, fail=False):
 
 def _ordered(tiny_dataset, batch_size):
     arrays = tiny_dataset[1]
-    return (d2l.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], batch_size,
+    return (tdata.FashionMNISTIter(arrays['train_images'], arrays['train_labels'], batch_size,
                                  False),
-            d2l.FashionMNISTIter(arrays['test_images'], arrays['test_labels'], 5, False))
+            tdata.FashionMNISTIter(arrays['test_images'], arrays['test_labels'], 5, False))
 
 
 def test_graph_recaptured_when_a_python_rate_changes(isolated, tiny_dataset, monkeypatch):

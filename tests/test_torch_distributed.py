@@ -292,9 +292,8 @@ def test_run_ddp_rejects_bad_settings(monkeypatch):
         d2l.run_ddp(1, epochs=2)
     with pytest.raises(ValueError, match='max_restarts=-1'):
         d2l.run_ddp(1, max_restarts=-1)
-    from d2lzh.torch import launch
-    monkeypatch.setattr(launch, 'num_gpus', lambda: 1)
-    monkeypatch.setattr(launch, 'gpu_name', lambda i: 'NVIDIA H200')
+    monkeypatch.setattr(ddp, 'num_gpus', lambda: 1)
+    monkeypatch.setattr(ddp, 'gpu_name', lambda i: 'NVIDIA H200')
     with pytest.raises(ValueError, match='asked for 2 GPUs but this machine has 1'):
         d2l.run_ddp(2, backend='nccl')
 

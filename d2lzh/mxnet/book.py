@@ -169,10 +169,8 @@ def split_and_load(data, ctx_list, batch_axis=0, even_split=True):  #@save
         data = nd.array(data)
     n, k = data.shape[batch_axis], len(ctx_list)
     if n < k or (even_split and n % k != 0):
-        raise ValueError(
-            f'cannot split a batch of {n} examples evenly over {k} devices: use a batch '
-            f'size that is a multiple of {k}'
-            + ('' if n < k else ', or pass even_split=False to allow unequal slices'))
+        raise ValueError(f'不能把 {n} 个样本的批量均分到 {k} 个设备上：批量大小要是 {k} 的倍数'
+                         + ('' if n < k else '，或者传入 even_split=False，允许各份大小不等'))
     bounds = [i * n // k for i in range(k + 1)]
     return [nd.slice_axis(data, axis=batch_axis, begin=bounds[i], end=bounds[i + 1])
             .as_in_context(ctx) for i, ctx in enumerate(ctx_list)]

@@ -12,8 +12,7 @@ from ..setup import lazy_names
 from ..timing import Benchmark, Timer, speedup  # noqa: F401
 from .book import *  # noqa: F401,F403
 from .book import __all__ as _book
-from .data import (FashionMNISTIter, ShardIter,  # noqa: F401
-                   load_data_fashion_mnist)
+from .data import load_data_fashion_mnist  # noqa: F401
 from .measure import LADDER, cold_start, ladder_configs  # noqa: F401
 from .recipe import FAST, Recipe, TrainStep, train_fast  # noqa: F401
 from .train import train, train_data_parallel  # noqa: F401
@@ -21,8 +20,8 @@ from .train import train, train_data_parallel  # noqa: F401
 _LAZY = {'ddp_worker': 'd2lzh.torch.ddp', 'Job': 'd2lzh.torch.ddp',
          'run_ddp': 'd2lzh.torch.launch', 'measure_allreduce': 'd2lzh.torch.launch'}
 __all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'record', 'output_dir',
-           'load_reference', 'bar_chart', 'set_figsize', 'timeline', *_book, 'FashionMNISTIter',
-           'ShardIter', 'load_data_fashion_mnist', 'choose_max_examples', 'train',
+           'load_reference', 'bar_chart', 'set_figsize', 'timeline', *_book,
+           'load_data_fashion_mnist', 'choose_max_examples', 'train',
            'train_data_parallel', 'Recipe', 'FAST', 'TrainStep', 'train_fast', 'LADDER',
            'ladder_configs', 'cold_start', *_LAZY]
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)

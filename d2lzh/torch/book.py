@@ -117,10 +117,8 @@ def split_and_load(data, devices, even_split=True):
         data = torch.as_tensor(data)
     n, k = data.shape[0], len(devices)
     if n < k or (even_split and n % k != 0):
-        raise ValueError(
-            f'cannot split a batch of {n} examples evenly over {k} devices: use a batch '
-            f'size that is a multiple of {k}'
-            + ('' if n < k else ', or pass even_split=False to allow unequal slices'))
+        raise ValueError(f'不能把 {n} 个样本的批量均分到 {k} 个设备上：批量大小要是 {k} 的倍数'
+                         + ('' if n < k else '，或者传入 even_split=False，允许各份大小不等'))
     bounds = [i * n // k for i in range(k + 1)]
     return [data[bounds[i]:bounds[i + 1]].to(dev, non_blocking=True)
             for i, dev in enumerate(devices)]

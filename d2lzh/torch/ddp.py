@@ -70,6 +70,18 @@ def torchrun_env():
                            'through d2l.run_ddp') from None
 
 
+def choose_backend(backend, local_processes):
+    """``backend`` or, the one default of every launcher, nccl with GPUs, else gloo.
+    ValueError: more NCCL processes on this machine than it has GPUs."""
+    backend = backend or ('nccl' if num_gpus() > 0 else 'gloo')
+    if backend == 'nccl' and num_gpus() < local_processes:
+        names = ', '.join(f'cuda:{i} ({gpu_name(i)})' for i in range(num_gpus()))
+        raise ValueError(f'asked for {local_processes} GPUs but this machine has {num_gpus()}: '
+                         f'{names or "none"}. ' + (f'Ask for at most {num_gpus()} processes, or '
+                         'use' if num_gpus() else 'Use') + " backend='gloo' (--backend gloo).")
+    return backend
+
+
 def init_process_group(backend, timeout):
     """Join torchrun's job; return (rank, world_size, device): cuda:LOCAL_RANK with NCCL
     (RuntimeError if there is no such GPU), else the CPU with this process's share of the
@@ -135,7 +147,7 @@ def _train(recipe, job):
     """:func:`ddp_worker` up to its exit: trains, returns rank 0's result; raises what failed."""
     rank, _, world_size = torchrun_env()
     _jobs.watch(job.timeout, f'DDP 工作进程 rank {rank}')
-    backend = job.backend or ('nccl' if torch.cuda.is_available() else 'gloo')
+    backend = choose_backend(job.backend, int(os.environ.get('LOCAL_WORLD_SIZE', 1)))
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device|Grad strides do not')
     if recipe.cuda_graph and backend == 'nccl':  # NCCL calls inside a CUDA graph need this off
         os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'] = '0'
@@ -211,12 +223,10 @@ def ddp_worker(recipe=None, job=None):
             raise
         if _after_a_peer(err):  # a peer failed first (or was killed): torchrun is to report
             time.sleep(5)       # that one, its agent stopping this rank meanwhile
-        # A failed rank ends at once, its exception and traceback in torchrun's error file
-        # (@record above) and on stderr. It does not call destroy_process_group(): with NCCL
-        # that waits for the collective its peers are blocked in, which held a 2-GPU job until
-        # its deadline. Its exit frees its GPU memory and tears its NCCL communicator down;
-        # torchrun's agent, seeing the failure, stops every other worker (SIGTERM, then
-        # SIGKILL); the NCCL watchdog's collective timeout (Job.timeout) stays the last guard.
+        # A failed rank ends at once (its traceback in torchrun's error file, by @record, and
+        # on stderr), without destroy_process_group(), which on NCCL waits for the collective its
+        # peers are blocked in. torchrun's agent then stops the others (SIGTERM, then SIGKILL);
+        # the NCCL watchdog's collective timeout (Job.timeout) stays the last guard.
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()

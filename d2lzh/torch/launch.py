@@ -22,8 +22,9 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, r
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ..checks import check_positive_int
-from .book import gpu_name, num_gpus, synchronize
-from .ddp import Job, _parse, dataset, ddp_worker, init_process_group, summary
+from .book import synchronize
+from .ddp import (Job, _parse, choose_backend, dataset, ddp_worker, init_process_group,
+                  summary)
 from .recipe import Recipe
 
 __all__ = ['run_ddp', 'measure_allreduce', 'main']
@@ -47,19 +48,8 @@ def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job
                          'd2lzh.torch.ddp.Job as keywords; how each process trains goes in '
                          'recipe, e.g. run_ddp(2, d2l.Recipe(epochs=2, lr=0.2))')
     recipe, job = recipe or Recipe(), Job(**{'verbose': False, **job})
-    job = dataclasses.replace(job, backend=_backend(job.backend, world_size))
+    job = dataclasses.replace(job, backend=choose_backend(job.backend, world_size))
     return _launch(world_size, ddp_worker, (recipe, job), max_restarts, join_timeout)[0]
-
-
-def _backend(backend, world_size):
-    """``backend`` or nccl with GPUs, else gloo; ValueError: more NCCL processes than GPUs."""
-    backend = backend or ('nccl' if num_gpus() > 0 else 'gloo')
-    if backend == 'nccl' and num_gpus() < world_size:
-        names = ', '.join(f'cuda:{i} ({gpu_name(i)})' for i in range(num_gpus()))
-        raise ValueError(f'asked for {world_size} GPUs but this machine has {num_gpus()}: '
-                         f'{names or "none"}. ' + (f'Ask for at most {num_gpus()} processes, or '
-                         'use' if num_gpus() else 'Use') + " backend='gloo' (--backend gloo).")
-    return backend
 
 
 def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0, start='spawn'):
@@ -90,12 +80,10 @@ def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0, sta
 
 
 def _forked_worker(entrypoint, *args):
-    """``entrypoint(*args)`` in a forked worker, its stop signals at their default action first.
-    torchelastic's stop sequence is SIGTERM, then SIGKILL after 30 s. A forked worker inherits
-    the agent's handlers for SIGTERM, SIGINT, SIGHUP and SIGQUIT, which raise an exception in
-    Python; a worker blocked in a collective (NCCL spins in C++) never gets back to Python to
-    raise it, so it held its GPU for those 30 s. With the default action the signal ends it
-    at once, as it ends torchrun's workers (new processes)."""
+    """``entrypoint(*args)`` in a forked worker, with the default action for the signals that
+    torchelastic's agent stops workers by (SIGTERM, then SIGKILL 30 s later): the agent's own
+    handlers, inherited, raise in Python, which a worker blocked in a collective (NCCL spins in
+    C++) never reaches; it held its GPU those 30 s."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
     return entrypoint(*args)
@@ -173,7 +161,7 @@ def measure_allreduce(world_size, sizes, repeats=5, backend=None):
     for name, value in [('world_size', world_size), ('repeats', repeats),
                         *(('size', size) for size in sizes)]:
         check_positive_int(name, value)
-    backend = _backend(backend, world_size)
+    backend = choose_backend(backend, world_size)
     return _launch(world_size, _allreduce_worker, (list(sizes), repeats, backend))[0]
 
 
@@ -195,7 +183,7 @@ def main(argv=None):
     os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1'  # count GPUs, leaving CUDA to the workers
     try:
         check_positive_int('--nproc-per-node', n)
-        job = dataclasses.replace(job, backend=_backend(job.backend, n))
+        job = dataclasses.replace(job, backend=choose_backend(job.backend, n))
         dataset(job.max_examples)  # read once, before the workers are forked
         result = _launch(n, ddp_worker, (recipe, job), start='fork')[0]
     except (ValueError, RuntimeError) as err:
