@@ -38,38 +38,54 @@ def _digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _outside(path, target, root):
-    """The repository path of ``target``, a link of notebook ``path``, where it is a file in
-    ``root`` outside notebooks/; else None (a URL, a notebook, a missing file)."""
-    if re.match(r'[A-Za-z][\w+.-]*:|/', target):
-        return None
-    linked = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-    inside = linked.startswith(('notebooks/', '../')) or linked == '..'
-    return None if inside or not (root / linked).is_file() else linked
+def relink_markdown(nb, folder, new_target):
+    """Rewrite, in place, the relative links of the markdown cells of notebook ``nb`` (a dict)
+    whose source is in ``folder``: a link to an existing file, ``file`` (absolute, normalised,
+    not resolved), becomes ``new_target(file)``, or stays as it is where that is None. URLs,
+    absolute paths, anchors (``#...``, kept after a new target) and missing files stay.
+    Used for the lab's copies (:func:`lab_copy`) and ``make run``'s executed ones.
 
-
-def lab_copy(path, root=ROOT):
-    """The lab copy of notebook ``path``: (its text, the repository paths it links to outside
-    notebooks/). Those links point at ``LINKED/<path>``; without such links the text is the
-    stored notebook's, byte for byte."""
-    text = (root / path).read_bytes().decode('utf-8')
-    nb, linked = json.loads(text), []
+    Returns:
+        the files whose links were rewritten, sorted, each once.
+    """
+    folder, changed = Path(os.path.abspath(folder)), set()
 
     def relink(m):
-        outside = _outside(path, m[2], root)
-        if outside is None:
+        if re.match(r'[A-Za-z][\w+.-]*:|/', m[2]):
             return m[0]
-        linked.append(outside)
-        return m[1] + posixpath.relpath(f'{LINKED}/{outside}', posixpath.dirname(path))
+        file = Path(os.path.normpath(folder / m[2]))
+        new = new_target(file) if file.is_file() else None
+        if new is None:
+            return m[0]
+        changed.add(file)
+        return m[1] + new
 
     for cell in nb.get('cells', []):
         if cell.get('cell_type') == 'markdown':
             source = cell['source']
             cell['source'] = (LINK.sub(relink, source) if isinstance(source, str)
                               else [LINK.sub(relink, line) for line in source])
+    return sorted(changed)
+
+
+def lab_copy(path, root=ROOT):
+    """The lab copy of notebook ``path``: (its text, the repository paths it links to outside
+    notebooks/). Those links point at ``LINKED/<path>``; without such links the text is the
+    stored notebook's, byte for byte."""
+    root = Path(os.path.abspath(root))
+    text = (root / path).read_bytes().decode('utf-8')
+    nb = json.loads(text)
+
+    def outside(file):  # a file of root outside notebooks/: its copy in LINKED
+        if not file.is_relative_to(root) or file.is_relative_to(root / 'notebooks'):
+            return None
+        linked = file.relative_to(root).as_posix()
+        return posixpath.relpath(f'{LINKED}/{linked}', posixpath.dirname(path))
+
+    linked = relink_markdown(nb, (root / path).parent, outside)
     if linked:
         text = json.dumps(nb, indent=1, ensure_ascii=False) + '\n'  # nbformat's layout
-    return text, sorted(set(linked))
+    return text, sorted(file.relative_to(root).as_posix() for file in linked)
 
 
 def _keep_previous(dest, path):

@@ -6,6 +6,7 @@ of rendering has its own folder, so no run overwrites another's results::
     build/run/summary.md, .png, .html     every notebook run into build/, both editions
     build/run/history.jsonl               the figures of every successful run, appended
     build/run/<edition>/NAME.ipynb        the executed copy (notebooks/ is never modified)
+                                          its links rewritten to resolve from there
     build/run/<edition>/NAME.html         its HTML rendering (MathJax from build/run/mathjax/)
     build/run/<edition>/NAME/             the files it wrote ($D2LZH_OUTPUT_DIR: traces ...)
     build/run/<edition>/results/NAME.json the run's wall time and figures (.jsonl: as recorded)
@@ -14,7 +15,9 @@ of rendering has its own folder, so no run overwrites another's results::
 
 Nothing is ever lost: a notebook runs into ``NAME.attempt/`` and its results above replace
 the previous ones only when every cell ran; a failed or interrupted (Ctrl-C) run leaves the
-last good results as they were and says where the attempt's output is. The kernel's
+last good results as they were and says where the attempt's output is. An executed copy's
+relative markdown links (``../docs/...``, ``pytorch/NAME.ipynb``) lead from the folder it is
+kept in to the files they name, the stored notebooks included (:func:`relinked`). The kernel's
 ``TMPDIR`` is a folder of its own, removed after the notebook; its stderr (what C++ libraries
 print there, e.g. the profiler's) goes to ``NAME.attempt/NAME.stderr.log``, kept only with a
 failed attempt. ``<edition>`` is the notebook's edition in the registry :mod:`d2lzh.project`
@@ -27,6 +30,7 @@ notebooks it runs the MXNet edition's. Exits with 1 if a notebook failed (naming
 """
 import argparse
 import contextlib
+import copy
 import datetime
 import json
 import os
@@ -35,6 +39,7 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 import nbformat
@@ -44,6 +49,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / 'scripts')]
 from d2lzh import project  # noqa: E402
 from d2lzh.results import read_figures  # noqa: E402
 from execute import Progress, cell_label, execute  # noqa: E402,F401 (cell_label: conftest)
+from lab import relink_markdown  # noqa: E402
 from render_html import ensure_mathjax, notebook_title, render_html  # noqa: E402
 from run_summary import HISTORY, history_entry, load_history, load_rows  # noqa: E402
 from run_summary import summary_lines, write_summary  # noqa: E402
@@ -155,6 +161,17 @@ def _kernel_env(results, output, tmp):
     return env
 
 
+def relinked(nb, path, folder):
+    """A copy of notebook ``nb``, read from ``path``, whose relative markdown links resolve
+    from ``folder``, where the copy is kept: each link to a file (``../docs/...``, another
+    notebook) becomes a relative path from ``folder`` to that file (:func:`lab.relink_markdown`,
+    as for the lab's copies)."""
+    nb = copy.deepcopy(nb)
+    relink_markdown(nb, Path(path).resolve().parent,
+                    lambda file: urllib.parse.quote(Path(os.path.relpath(file, folder)).as_posix()))
+    return nb
+
+
 def run_one(path, build, timeout):
     """Execute one notebook into ``build/run/<edition>/NAME.attempt/``; when every cell ran,
     its results replace the previous ones (see the module's docstring).
@@ -192,7 +209,8 @@ def run_one(path, build, timeout):
            'cpu_cores': os.cpu_count(),
            'finished': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M'),
            'figures': read_figures(figures), 'error': f'{path} {error}' if error else ''}
-    nbformat.write(work, attempt / f'{name}.ipynb')
+    # its links lead from where it is kept: build/run/<edition>/, or the failed attempt's folder
+    nbformat.write(relinked(work, path, attempt if error else folder), attempt / f'{name}.ipynb')
     (attempt / f'{name}.json').write_text(json.dumps(row, ensure_ascii=False, indent=1),
                                           encoding='utf-8')
     if not interrupted:  # the page of a failed attempt is read where it is

@@ -3,8 +3,8 @@
 
 Nothing is ever lost (a failed, interrupted or half-replaced re-run leaves the earlier
 results byte-identical), progress, the summary's tags come from the recorded figures, an
-unwritable build folder is one line, every link of every rendered page resolves, and a
-run leaves nothing in the temporary folder.
+unwritable build folder is one line, every link of every rendered page and of every executed
+copy resolves, and a run leaves nothing in the temporary folder.
 """
 import html
 import io
@@ -448,6 +448,60 @@ def test_every_link_of_every_rendered_page_resolves(tmp_path):
             if broken_links(p)} == {}
     page = (tmp_path / 'build' / 'run' / 'mxnet' / '02_links.html').read_text()
     assert 'href="../../../docs/figures.md"' in page
+
+
+def linked_files(nb, folder):
+    """The file each relative markdown link of notebook ``nb`` names from ``folder``, in order
+    (None: no such file); URLs and anchors aside."""
+    files = []
+    for cell in nb.cells:
+        if cell.cell_type == 'markdown':
+            for target in re.findall(r'\]\(([^)\s#?]+)', cell.source):
+                if not re.match(r'[A-Za-z][\w+.-]*:|/', target):
+                    file = (Path(folder) / urllib.parse.unquote(target)).resolve()
+                    files.append(file if file.is_file() else None)
+    return files
+
+
+def test_every_relative_link_of_an_executed_copy_names_the_file_it_names_in_notebooks(tmp_path):
+    """An executed copy in build/run/<edition>/ (and a failed attempt's, one folder deeper)
+    keeps its markdown links working: each leads to the file the stored notebook's link
+    names (docs, another notebook), as a lab copy's does (lab.relink_markdown)."""
+    (tmp_path / 'docs').mkdir()
+    (tmp_path / 'docs' / 'figures.md').write_text('# figures')
+    write_nb(tmp_path / 'notebooks' / '01_other.ipynb', ['1'], title='Other')
+    write_nb(tmp_path / 'notebooks' / '02_links.ipynb', ['x = 1'], title='Links',
+             text='[来源](../docs/figures.md)，[上一节](01_other.ipynb#练习)，'
+                  '[PyTorch 版](pytorch/03_fails.ipynb)，[本节](#Links)，[书](https://zh.d2l.ai/)')
+    write_nb(tmp_path / 'notebooks' / 'pytorch' / '03_fails.ipynb', ['1 / 0'], title='Fails',
+             text='[来源](../../docs/figures.md)，[MXNet 版](../02_links.ipynb#Links)')
+    out = runner(['--build', 'build', 'notebooks/02_links.ipynb',
+                  'notebooks/pytorch/03_fails.ipynb'], tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    run = tmp_path / 'build' / 'run'
+    for copy, name in ((run / 'mxnet' / '02_links.ipynb', '02_links.ipynb'),
+                       (run / 'pytorch' / '03_fails.attempt' / '03_fails.ipynb',
+                        'pytorch/03_fails.ipynb')):
+        stored = tmp_path / 'notebooks' / name
+        files = linked_files(nbformat.read(copy, as_version=4), copy.parent)
+        assert None not in files, (copy, files)
+        assert files == linked_files(nbformat.read(stored, as_version=4), stored.parent)
+    assert len(linked_files(nbformat.read(run / 'mxnet' / '02_links.ipynb', as_version=4),
+                            run / 'mxnet')) == 3
+    assert '](https://zh.d2l.ai/)' in (run / 'mxnet' / '02_links.ipynb').read_text()
+
+    # the project's notebooks, as make run keeps them: every link they have leads somewhere
+    seen = set()
+    for path in project.notebooks('all'):
+        stored = ROOT / path
+        folder = run / run_notebooks.edition_of(stored)
+        folder.mkdir(parents=True, exist_ok=True)
+        nb = nbformat.read(stored, as_version=4)
+        files = linked_files(run_notebooks.relinked(nb, stored, folder), folder)
+        assert None not in files and files == linked_files(nb, stored.parent), (path, files)
+        seen.update(f.relative_to(ROOT).as_posix() for f in files)
+    assert {'docs/reference-figures.md', 'notebooks/pytorch/01_use-gpu.ipynb',
+            'notebooks/07_distributed-training.ipynb'} <= seen, seen
 
 
 def test_a_link_that_leads_nowhere_stops_make_html_with_one_line(tmp_path):
