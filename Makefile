@@ -8,7 +8,7 @@ PYTHON ?= $(shell for p in python3 python3.12 python3.11 python3.10 python3.13; 
 # numpy 1 (requirements.txt) or 2 (requirements-numpy2.txt); Python 3.13 has no numpy 1.x.
 NUMPY ?= $(shell $(PYTHON) -c 'import sys; print(2 if sys.version_info[:2] >= (3, 13) else 1)' 2>/dev/null || echo 1)
 REQUIREMENTS := $(if $(filter 1,$(NUMPY)),requirements.txt,requirements-numpy2.txt)
-$(if $(filter-out 1 2,$(NUMPY))$(filter-out 1,$(words $(NUMPY))),$(error NUMPY=$(NUMPY) is not valid: use 1 or 2))
+$(if $(filter-out 1 2,$(NUMPY))$(filter-out 1,$(words $(NUMPY))),$(error NUMPY=$(NUMPY) 无效：请用 NUMPY=1 或 NUMPY=2))
 VENV ?= .venv
 # The MXNet wheel: mxnet (CPU) or mxnet-cu112 (NVIDIA GPUs from Maxwell to Ada, no Hopper).
 MXNET_PACKAGE ?= mxnet
@@ -32,9 +32,9 @@ args := $(shell $(or $(PYTHON),python3) scripts/make_args.py --known $(VARIABLES
 	$(if $(filter-out undefined,$(origin EDITION)),--edition '$(EDITION)') \
 	$(if $(notebooks_given),--notebooks $(foreach n,$(NOTEBOOKS),'$n')))
 $(if $(filter error:,$(firstword $(args))),$(error $(wordlist 2,$(words $(args)),$(args))))
-$(if $(args),,$(error could not check the command line: $(or $(PYTHON),python3) scripts/make_args.py failed))
+$(if $(args),,$(error 无法检查命令行：$(or $(PYTHON),python3) scripts/make_args.py 运行失败))
 goal_notebooks := $(filter %.ipynb,$(MAKECMDGOALS))
-$(if $(goal_notebooks),$(error $(goal_notebooks) is not a make target: use make $(or $(filter-out %.ipynb,$(MAKECMDGOALS)),run) NOTEBOOKS=$(goal_notebooks)))
+$(if $(goal_notebooks),$(error $(goal_notebooks) 不是 make 的目标：请用 make $(or $(filter-out %.ipynb,$(MAKECMDGOALS)),run) NOTEBOOKS=$(goal_notebooks)))
 override EDITION := $(firstword $(args))
 override NOTEBOOKS := $(wordlist 2,$(words $(args)),$(args))
 export PATH := $(abspath $(VENV))/bin:$(PATH)
@@ -52,14 +52,14 @@ $(VENV)/.installed-torch: $(STAMP) requirements-torch.txt
 
 # The pins but MXNet, then MXNet by the setup cell's installer (--no-deps: it says numpy<2).
 $(STAMP): $(REQUIREMENTS) pyproject.toml
-	@[ -n "$(PYTHON)" ] || { echo "error: no Python 3.10 or newer found. Install one" \
-	  "(e.g. apt-get install python3.11 python3.11-venv) or pass PYTHON=/path/to/python3.12"; exit 1; }
+	@[ -n "$(PYTHON)" ] || { echo "错误：找不到 Python 3.10 或更新的版本。请安装一个（例如" \
+	  "apt-get install python3.11 python3.11-venv），或者用 PYTHON=/path/to/python3.12 指定"; exit 1; }
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit( \
-	  "error: $(PYTHON) is Python %d.%d; d2lzh needs 3.10 or newer" % v if v < (3, 10) else \
-	  "error: $(PYTHON) has no numpy 1.x wheels (Python 3.13+): use NUMPY=2" \
+	  "错误：$(PYTHON) 是 Python %d.%d；d2lzh 需要 3.10 或更新的版本" % v if v < (3, 10) else \
+	  "错误：$(PYTHON) 没有 numpy 1.x 的 wheel（Python 3.13+）：请用 NUMPY=2" \
 	  if v >= (3, 13) and "$(NUMPY)" == "1" else 0)'
-	@[ -x $(PY) ] || { echo "creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV) || \
-	  { echo "error: could not create $(VENV). On Debian/Ubuntu: apt-get install python3-venv"; exit 1; }; }
+	@[ -x $(PY) ] || { echo "用 $$($(PYTHON) --version) 创建 $(VENV)"; $(PYTHON) -m venv $(VENV) || \
+	  { echo "错误：无法创建 $(VENV)。Debian/Ubuntu 上请先 apt-get install python3-venv"; exit 1; }; }
 	@rm -f $(VENV)/.installed-mxnet*
 	grep -v '^mxnet==' $(REQUIREMENTS) > $(VENV)/requirements-no-mxnet.txt
 	$(PIP) install -r $(VENV)/requirements-no-mxnet.txt
@@ -72,9 +72,9 @@ DEBIAN_PACKAGES := dataset-fashion-mnist
 data: venv  ## find, install (Debian's packages, as root) or download Fashion-MNIST and verify it
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	[ -z "$$missing" ] || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
-	  echo "installing $$missing" && { apt-get install -y -q $$missing || { apt-get update -q && \
+	  echo "正在安装 $$missing" && { apt-get install -y -q $$missing || { apt-get update -q && \
 	  apt-get install -y -q $$missing; }; } >/dev/null 2>&1; } || \
-	  echo "not installed: $$missing (the loader downloads the data)"
+	  echo "没有安装 $$missing（加载数据时会改为下载）"
 	$(PY) -m d2lzh.data
 
 run: data  ## execute the notebooks into build/run/<edition>/; summary and chart: build/run/summary.{md,png,html}

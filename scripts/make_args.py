@@ -47,7 +47,7 @@ def near_miss(given, known):
     for name in given:
         close = difflib.get_close_matches(name.upper(), upper, n=1, cutoff=0.8)
         if name not in known and close:
-            return f'{name} is not a variable of this Makefile: did you mean {upper[close[0]]}?'
+            return f'{name} 不是这个 Makefile 的变量：你是不是想用 {upper[close[0]]}？'
     return None
 
 
@@ -82,11 +82,10 @@ def resolve(arg, edition, names):
     close = difflib.get_close_matches(name, [n for _, n in pool], n=1, cutoff=0.6)
     if close:
         e = next(e for e, n in pool if n == close[0])
-        raise ValueError(f'NOTEBOOKS: {arg} is not a notebook of this project: did you mean '
-                         f'{PREFIX[e]}{close[0]}.ipynb?')
+        raise ValueError(f'NOTEBOOKS：{arg} 不是本项目的笔记本：你是不是想用 '
+                         f'{PREFIX[e]}{close[0]}.ipynb？')
     valid = [('pytorch/' if e == 'pytorch' else '') + n for e in wanted for n in names[e]]
-    raise ValueError(f'NOTEBOOKS: {arg} is not a notebook of this project; valid: '
-                     f'{" ".join(valid)}')
+    raise ValueError(f'NOTEBOOKS：{arg} 不是本项目的笔记本；可用的笔记本：{" ".join(valid)}')
 
 
 def choose(edition, notebooks, project):
@@ -96,8 +95,8 @@ def choose(edition, notebooks, project):
         ValueError: a bad EDITION, a bad notebook or one of the other edition (one line).
     """
     if edition is not None and edition not in ('mxnet', 'pytorch', 'all'):
-        raise ValueError(f'EDITION={edition} is not valid: use EDITION=mxnet (notebooks/*.ipynb),'
-                         ' EDITION=pytorch (notebooks/pytorch/*.ipynb) or EDITION=all')
+        raise ValueError(f'EDITION={edition} 无效：请用 EDITION=mxnet（notebooks/*.ipynb）、'
+                         'EDITION=pytorch（notebooks/pytorch/*.ipynb）或 EDITION=all（两个版本）')
     if notebooks is None:
         return edition or 'mxnet', project.notebooks(edition or 'mxnet')
     names = {e: [Path(p).stem for p in project.notebooks(e)] for e in project.EDITIONS}
@@ -108,8 +107,8 @@ def choose(edition, notebooks, project):
     for path in paths:
         other = project.find(path).edition
         if edition not in ('all', other):
-            raise ValueError(f'NOTEBOOKS: {path} is in the {LABEL[other]} edition but '
-                             f'EDITION={edition}: use EDITION={other} or EDITION=all')
+            raise ValueError(f'NOTEBOOKS：{path} 属于 {LABEL[other]} 版，但 EDITION={edition}：'
+                             f'请用 EDITION={other} 或 EDITION=all')
     return edition, paths
 
 

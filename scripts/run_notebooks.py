@@ -78,13 +78,13 @@ def check_notebooks(paths):
     valid = ' '.join(project.notebooks('all'))
     bad = [str(p) for p in paths if p.suffix != '.ipynb' or not p.is_file()]
     if bad:
-        raise UsageError(f'not a notebook: {" ".join(bad)}; valid: {valid}')
+        raise UsageError(f'不是存在的 .ipynb 笔记本：{" ".join(bad)}；可用的笔记本：{valid}')
     seen = {}
     for p in paths:
         key = (edition_of(p), p.stem)
         if key in seen and seen[key] != p.resolve():
-            raise UsageError(f'{seen[key]} and {p} would both write build/run/{key[0]}/'
-                             f'{key[1]}.*: run them separately or rename one')
+            raise UsageError(f'{seen[key]} 和 {p} 都会写到 build/run/{key[0]}/{key[1]}.*：'
+                             '请分开运行它们，或者给其中一个改名')
         seen[key] = p.resolve()
 
 
@@ -100,10 +100,9 @@ def build_error(err, build):
     if name is None or not Path(os.path.abspath(name)).is_relative_to(build):
         return None
     return BuildError(
-        f'cannot write {rel(name)} ({err.strerror or type(err).__name__}): make '
-        f'{rel(build)} a folder you can write (e.g. chmod -R u+w {rel(build)}) or write '
-        'elsewhere with make BUILD=DIR (scripts/run_notebooks.py --build DIR); the results of '
-        'earlier runs are unchanged')
+        f'无法写入 {rel(name)}（{err.strerror or type(err).__name__}）：请让 {rel(build)} '
+        f'成为你能写入的文件夹（例如 chmod -R u+w {rel(build)}），或者用 make BUILD=DIR'
+        '（scripts/run_notebooks.py --build DIR）写到别处；之前各次运行的结果没有改变')
 
 
 def check_writable(folder, build):
@@ -219,7 +218,7 @@ def run_one(path, build, timeout):
                         ensure_mathjax(build / 'run'), page_dir=folder if not error else None,
                         cell_label=cell_label)
         except (ImportError, RuntimeError, ValueError) as err:  # the run counts more
-            print(f'  warning: no HTML page for {path}: {err}', flush=True)
+            print(f'  警告：没有生成 {path} 的 HTML 网页：{err}', flush=True)
     if error:
         return dict(row, attempt=attempt, interrupted=interrupted)
     if not any(output.iterdir()):
@@ -252,16 +251,15 @@ def run_all(notebooks, build, timeout):
         check_writable(build / 'run' / edition / 'results', build)
     rows, start = [], time.perf_counter()
     for number, path in enumerate(notebooks, 1):
-        print(f'[{number}/{len(notebooks)}] running {path} ...', flush=True)
+        print(f'[{number}/{len(notebooks)}] 正在运行 {path} ……', flush=True)
         row = run_one(path, build, timeout)
         rows.append(row)
         if row['status'] == 'ok':
-            print(f"  ok in {row['seconds']:.0f} s", flush=True)
+            print(f"  完成，用时 {row['seconds']:.0f} 秒", flush=True)
             continue
-        print(f"  {'INTERRUPTED' if row['interrupted'] else 'FAILED'} after "
-              f"{row['seconds']:.0f} s: {row['error']}\n  the attempt's output: "
-              f"{rel(row['attempt'])}/; the results of its last good run are unchanged",
-              flush=True)
+        print(f"  {'已中断' if row['interrupted'] else '失败'}（运行了 {row['seconds']:.0f} 秒）："
+              f"{row['error']}\n  这次尝试的输出在 {rel(row['attempt'])}/；"
+              '它上一次成功运行的结果没有改变', flush=True)
         if row['interrupted']:
             break
     if any(r['status'] == 'ok' for r in rows) or not (build / 'run' / 'summary.md').exists():
@@ -275,7 +273,7 @@ def run_all(notebooks, build, timeout):
           f'{out}/<edition>/')
     for r in rows:
         if r['status'] != 'ok':
-            print(f"FAILED: {r['error']} (output: {rel(r['attempt'])}/)", file=sys.stderr)
+            print(f"失败：{r['error']}（输出在 {rel(r['attempt'])}/）", file=sys.stderr)
     if rows and rows[-1].get('interrupted'):
         return 130
     return 1 if any(r['status'] != 'ok' for r in rows) else 0
@@ -292,7 +290,7 @@ def render_stored(notebooks, build):
             render_html(nbformat.read(path, as_version=4), dest, path.resolve().parent,
                         mathjax, cell_label=cell_label)
         except RuntimeError as err:  # nbconvert warned, or a link leads nowhere
-            print(f'error: {path}: {err}', file=sys.stderr)
+            print(f'错误：{path}：{err}', file=sys.stderr)
             return 1
         print(f'{path} -> {rel(dest)}')
     return 0
@@ -315,7 +313,7 @@ def main(argv=None):
     try:
         check_notebooks(notebooks)
     except UsageError as err:
-        print(f'error: {err}', file=sys.stderr)
+        print(f'错误：{err}', file=sys.stderr)
         return 2
     build = args.build.resolve()  # the kernels run in the notebooks' folders
     # SIGTERM as Ctrl-C: stop the kernel, keep the results
@@ -325,13 +323,13 @@ def main(argv=None):
             return render_stored(notebooks, build)
         return run_all(notebooks, build, args.timeout)
     except BuildError as err:
-        print(f'error: {err}', file=sys.stderr)
+        print(f'错误：{err}', file=sys.stderr)
     except OSError as err:
         if build_error(err, build) is None:
             raise
-        print(f'error: {build_error(err, build)}', file=sys.stderr)
+        print(f'错误：{build_error(err, build)}', file=sys.stderr)
     except KeyboardInterrupt:
-        print('interrupted: the results of earlier runs are unchanged', file=sys.stderr)
+        print('已中断：之前各次运行的结果没有改变', file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -416,11 +416,11 @@ def write_summary(build, render_page):
             draw_chart(items, chart.with_suffix('.png.part'))
             os.replace(chart.with_suffix('.png.part'), chart)
         except ImportError as err:
-            print(f'  warning: no chart of the speed-ups: {err}', flush=True)
+            print(f'  警告：没有画出加速比的图：{err}', flush=True)
     text = summary_markdown(rows, history, build, chart=chart.exists())
     (run / 'summary.md').write_text(text, encoding='utf-8')
     try:
         render_page(text, run / 'summary.html')
     except (ImportError, RuntimeError) as err:
-        print(f'  warning: no summary page: {err}', flush=True)
+        print(f'  警告：没有生成汇总网页：{err}', flush=True)
     return rows, history

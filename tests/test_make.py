@@ -61,25 +61,23 @@ KNOWN = ['--known', 'EDITION', 'NOTEBOOKS', 'TESTS', 'TEST_JOBS', 'D2LZH_MAX_EXA
 
 
 @pytest.mark.parametrize('args, expected', [
-    (['--given', 'edition'], 'edition is not a variable of this Makefile: did you mean EDITION?'),
-    (['--given', 'TEST_JOB'], 'TEST_JOB is not a variable of this Makefile: did you mean '
-                              'TEST_JOBS?'),
-    (['--given', 'D2LZH_MAX_EXAMPLE'], 'did you mean D2LZH_MAX_EXAMPLES?'),
-    (['--given', 'D2LZH_DATA_DR'], 'did you mean D2LZH_DATA_DIR?'),  # d2lzh's environment
+    (['--given', 'edition'], 'edition 不是这个 Makefile 的变量：你是不是想用 EDITION？'),
+    (['--given', 'TEST_JOB'], 'TEST_JOB 不是这个 Makefile 的变量：你是不是想用 TEST_JOBS？'),
+    (['--given', 'D2LZH_MAX_EXAMPLE'], '你是不是想用 D2LZH_MAX_EXAMPLES？'),
+    (['--given', 'D2LZH_DATA_DR'], '你是不是想用 D2LZH_DATA_DIR？'),  # d2lzh's environment
     (['--edition', 'pytorch', '--notebooks', '02_hybridise'],
-     'did you mean notebooks/pytorch/02_hybridize.ipynb?'),
+     '你是不是想用 notebooks/pytorch/02_hybridize.ipynb？'),
     (['--notebooks', 'notebooks/07_modern-gpu-training.ipynb'],   # only in the PyTorch edition
-     'did you mean notebooks/pytorch/07_modern-gpu-training.ipynb?'),
+     '你是不是想用 notebooks/pytorch/07_modern-gpu-training.ipynb？'),
     (['--notebooks', 'notebooks/nope.ipynb'],
-     'NOTEBOOKS: notebooks/nope.ipynb is not a notebook of this project; valid: 01_use-gpu '
-     '02_hybridize'),
-    (['--edition', 'pytorch', '--notebooks', 'nope'], 'valid: pytorch/01_use-gpu'),
+     'NOTEBOOKS：notebooks/nope.ipynb 不是本项目的笔记本；可用的笔记本：01_use-gpu 02_hybridize'),
+    (['--edition', 'pytorch', '--notebooks', 'nope'], '可用的笔记本：pytorch/01_use-gpu'),
     (['--edition', 'mxnet', '--notebooks', 'notebooks/pytorch/01_use-gpu.ipynb'],
-     'is in the PyTorch edition but EDITION=mxnet: use EDITION=pytorch or EDITION=all'),
+     '属于 PyTorch 版，但 EDITION=mxnet：请用 EDITION=pytorch 或 EDITION=all'),
     (['--edition', 'pytorch', '--notebooks', 'notebooks/01_use-gpu.ipynb'],
-     'is in the MXNet edition but EDITION=pytorch: use EDITION=mxnet or EDITION=all'),
-    (['--edition', 'mxnet', '--notebooks', '07_modern-gpu-training'], 'in the PyTorch edition'),
-    (['--edition', 'mxnet pytorch'], 'EDITION=mxnet pytorch is not valid: use EDITION=mxnet')])
+     '属于 MXNet 版，但 EDITION=pytorch：请用 EDITION=mxnet 或 EDITION=all'),
+    (['--edition', 'mxnet', '--notebooks', '07_modern-gpu-training'], '属于 PyTorch 版'),
+    (['--edition', 'mxnet pytorch'], 'EDITION=mxnet pytorch 无效：请用 EDITION=mxnet')])
 def test_make_args_refuses_in_one_line(args, expected):
     line = make_args(*KNOWN, *args)
     assert line.startswith('error: ') and expected in line, line
@@ -111,14 +109,16 @@ def test_make_args_resolves_bare_names_to_the_projects_paths(args, expected):
 
 @pytest.mark.parametrize('args, expected', [
     (['NOTEBOOK=notebooks/02_hybridize.ipynb'],
-     'NOTEBOOK is not a variable of this Makefile: did you mean NOTEBOOKS?'),
-    (['EDITON=all'], 'EDITON is not a variable of this Makefile: did you mean EDITION?'),
-    (['EDITION=nope'], 'EDITION=nope is not valid: use EDITION=mxnet'),
-    (['NOTEBOOKS=02_hybridise'], 'NOTEBOOKS: 02_hybridise is not a notebook of this project: '
-                                 'did you mean notebooks/02_hybridize.ipynb?'),
+     'NOTEBOOK 不是这个 Makefile 的变量：你是不是想用 NOTEBOOKS？'),
+    (['EDITON=all'], 'EDITON 不是这个 Makefile 的变量：你是不是想用 EDITION？'),
+    (['EDITION=nope'], 'EDITION=nope 无效：请用 EDITION=mxnet（notebooks/*.ipynb）、'
+                       'EDITION=pytorch（notebooks/pytorch/*.ipynb）或 EDITION=all（两个版本）'),
+    (['NOTEBOOKS=02_hybridise'], 'NOTEBOOKS：02_hybridise 不是本项目的笔记本：'
+                                 '你是不是想用 notebooks/02_hybridize.ipynb？'),
+    (['NUMPY=3'], 'NUMPY=3 无效：请用 NUMPY=1 或 NUMPY=2'),
     # forgot NOTEBOOKS=: a hint, not a run of every notebook
-    (['notebooks/02_hybridize.ipynb'], 'notebooks/02_hybridize.ipynb is not a make target: '
-                                       'use make run NOTEBOOKS=notebooks/02_hybridize.ipynb')])
+    (['notebooks/02_hybridize.ipynb'], 'notebooks/02_hybridize.ipynb 不是 make 的目标：'
+                                       '请用 make run NOTEBOOKS=notebooks/02_hybridize.ipynb')])
 def test_make_refuses_a_bad_command_line_in_one_line_before_any_work(tmp_path, args, expected):
     line = error_line(make('run', *args, tmp_path=tmp_path, dry=False))
     assert expected in line, line

@@ -70,7 +70,7 @@ def test_runner_names_the_failing_cell_as_jupyter_does(tmp_path):
     assert 'nbs/bad.ipynb failed in cell [2] "raise ValueError(\'boom\')": ValueError: boom' \
         in out.stderr, out.stderr
     attempt = tmp_path / 'build' / 'run' / 'mxnet' / 'bad.attempt'
-    assert "the attempt's output: build/run/mxnet/bad.attempt/" in out.stdout
+    assert '这次尝试的输出在 build/run/mxnet/bad.attempt/' in out.stdout
     executed = nbformat.read(attempt / 'bad.ipynb', as_version=4)
     assert executed.cells[1].execution_count == 2
     assert (attempt / 'bad.html').is_file()
@@ -98,8 +98,10 @@ def test_failed_and_interrupted_reruns_leave_the_results_byte_identical(tmp_path
     folder, attempt = build / 'run' / 'mxnet', build / 'run' / 'mxnet' / '05_x.attempt'
     out = runner(args, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    # progress, plain lines when not on a terminal: which cell of how many
+    # progress, plain lines when not on a terminal: which notebook, which cell of how many
+    assert '[1/1] 正在运行 nbs/05_x.ipynb ……\n' in out.stdout
     assert '  cell 1/4 "import os, time"\n' in out.stdout and 'cell 4/4' in out.stdout
+    assert re.search(r'\n  完成，用时 \d+ 秒\n', out.stdout), out.stdout
     assert (folder / '05_x' / 'trace.json').read_text() == '2.0'
     assert not attempt.exists()
     good = results(build)
@@ -109,7 +111,7 @@ def test_failed_and_interrupted_reruns_leave_the_results_byte_identical(tmp_path
 
     out = runner(args, tmp_path, MODE='fail', VALUE='9')
     assert out.returncode == 1
-    assert "the attempt's output: build/run/mxnet/05_x.attempt/" in out.stdout
+    assert '这次尝试的输出在 build/run/mxnet/05_x.attempt/' in out.stdout
     assert results(build) == good
     assert (attempt / '05_x' / 'trace.json').read_text() == '9.0'  # the attempt, kept aside
 
@@ -125,7 +127,7 @@ def test_failed_and_interrupted_reruns_leave_the_results_byte_identical(tmp_path
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stdout + stderr
-    assert 'INTERRUPTED' in stdout and "the attempt's output: build/run/mxnet/05_x.attempt/" \
+    assert '  已中断（运行了 ' in stdout and '这次尝试的输出在 build/run/mxnet/05_x.attempt/' \
         in stdout
     assert results(build) == good
     kernel = int(pid_file.read_text())
@@ -169,7 +171,7 @@ def test_a_failure_while_replacing_results_puts_every_file_back(tmp_path, monkey
     capsys.readouterr()
     assert run_notebooks.main(args) == 1
     err = capsys.readouterr().err
-    assert err.count('\n') == 1 and err.startswith('error: cannot write build/run/mxnet/'), err
+    assert err.count('\n') == 1 and err.startswith('错误：无法写入 build/run/mxnet/'), err
     assert 'Permission denied' in err and 'BUILD=DIR' in err
     assert results(tmp_path / 'build') == good
 
@@ -181,7 +183,7 @@ def test_an_unwritable_build_folder_is_one_line(tmp_path, stored):
     out = runner(['--build', 'build', 'nbs/a.ipynb'] + ['--stored'] * stored, tmp_path)
     assert out.returncode == 1
     assert out.stderr.count('\n') == 1, out.stderr
-    assert out.stderr.startswith(f"error: cannot write build/{'stored' if stored else 'run'}/"
+    assert out.stderr.startswith(f"错误：无法写入 build/{'stored' if stored else 'run'}/"
                                  'mxnet') and 'BUILD=DIR' in out.stderr, out.stderr
 
 
@@ -438,7 +440,7 @@ def test_every_link_of_every_rendered_page_resolves(tmp_path):
              .replace('#Links', '#Fails'))
     out = runner(['--build', 'build', 'notebooks/02_links.ipynb',
                   'notebooks/pytorch/03_fails.ipynb'], tmp_path)
-    assert out.returncode == 1 and 'warning' not in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 1 and '警告' not in out.stdout, out.stdout + out.stderr
     stored = [str(ROOT / p) for p in project.notebooks('all')]
     out = runner(['--stored', '--build', 'build', *stored], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -513,8 +515,8 @@ def test_a_link_that_leads_nowhere_stops_make_html_with_one_line(tmp_path):
 
 # ---------------------------------------------------------------- command line
 @pytest.mark.parametrize('args, message', [
-    (['nbs/nope.ipynb'], 'error: not a notebook: nbs/nope.ipynb; valid: notebooks/'),
-    (['a/x.ipynb', 'b/x.ipynb'], 'would both write build/run/mxnet/x.*')])
+    (['nbs/nope.ipynb'], '错误：不是存在的 .ipynb 笔记本：nbs/nope.ipynb；可用的笔记本：notebooks/'),
+    (['a/x.ipynb', 'b/x.ipynb'], '都会写到 build/run/mxnet/x.*')])
 def test_runner_refuses_bad_notebooks_in_one_line(tmp_path, args, message):
     for name in ('a/x.ipynb', 'b/x.ipynb'):
         write_nb(tmp_path / name, ['1'])
