@@ -6,7 +6,7 @@ PYTHON ?= $(shell for p in python3 python3.12 python3.11 python3.10 python3.13; 
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info[:2] < (3, 10))' \
 	2>/dev/null && { echo $$p; break; }; done)
 # numpy 1 (requirements.txt) or 2 (requirements-numpy2.txt); Python 3.13 has no numpy 1.x.
-NUMPY ?= $(shell $(PYTHON) -c 'import sys; print(2 if sys.version_info[:2] >= (3, 13) else 1)' 2>/dev/null || echo 1)
+NUMPY ?= $(if $(PYTHON),$(shell $(PYTHON) -c 'import sys; print(2 if sys.version_info[:2] >= (3, 13) else 1)' 2>/dev/null || echo 1),1)
 REQUIREMENTS := $(if $(filter 1,$(NUMPY)),requirements.txt,requirements-numpy2.txt)
 $(if $(filter-out 1 2,$(NUMPY))$(filter-out 1,$(words $(NUMPY))),$(error NUMPY=$(NUMPY) 无效：请用 NUMPY=1 或 NUMPY=2))
 VENV ?= .venv

@@ -125,6 +125,16 @@ def test_make_refuses_a_bad_command_line_in_one_line_before_any_work(tmp_path, a
     assert not (tmp_path / 'venv').exists() and not (tmp_path / 'build').exists()
 
 
+def test_make_venv_without_a_python_says_what_to_install_in_chinese(tmp_path):
+    """PYTHON empty, as where no Python 3.10+ is found: the line that says what to install, not
+    an error about NUMPY (whose default once asked the missing Python)."""
+    out = make('venv', 'PYTHON=', tmp_path=tmp_path, dry=False)
+    assert out.returncode != 0
+    assert '错误：找不到 Python 3.10 或更新的版本。请安装一个（例如 apt-get install python3.11 ' \
+        'python3.11-venv），或者用 PYTHON=/path/to/python3.12 指定\n' in out.stdout, out.stdout
+    assert not (tmp_path / 'venv').exists()
+
+
 def test_make_takes_bare_names_and_unrelated_variables(tmp_path):
     out = make('run', 'NOTEBOOKS=02_hybridize', 'EDITION=pytorch', 'CI=true', 'V=1',
                tmp_path=tmp_path)
