@@ -18,9 +18,11 @@ as a smoke test):
    ``torchrun`` (once): seconds from the command's start to 0.92, with the workers' marks.
 4. ``allreduce``: seconds of one all-reduce of ResNet-18's gradient (float32) on N GPUs, and
    the bus bandwidth 2(N-1)/N x bytes / seconds it implies, beside the step time.
-5. ``faults`` (N >= 2): rank 1 raises (``raise``) or is killed (``kill``) before its 2nd step:
-   seconds until torchrun returns (from its start, and after the first error file was
-   written), its exit code, the root cause it names, and the processes left on the GPUs.
+5. ``faults`` (N >= 2; the job of 3.): on 2 GPUs rank 1 raises (``raise``) or is killed
+   (``kill``) before its 2nd step, under README's command, torchrun and ``d2l.run_ddp``; on
+   more, the last rank is killed under README's: seconds until the command returns (from its
+   start, and from when training started in 3.'s runs), its exit code, the root cause it
+   names, and the processes left on the GPUs.
 
 Writes ``<out>/<device>-x<N>-<date>.json`` and ``...-time-to-accuracy.json`` (N: the most GPUs
 used) and, with ``$OUT`` set, a copy there.
@@ -48,16 +50,23 @@ from d2lzh import torch as d2l  # noqa: E402
 from d2lzh.torch.book import resnet18  # noqa: E402
 
 
+RUN_DDP = ('import dataclasses, sys; from d2lzh.torch import ddp, launch; '
+           'recipe, job = ddp._parse(sys.argv[2:]); '
+           'launch.run_ddp(int(sys.argv[1]), recipe, **dataclasses.asdict(job))')
+
+
 def torchrun(n, flags, env=None, timeout=180, launcher='torchrun'):
     """Run ``torchrun ... -m d2lzh.torch.ddp FLAGS`` (``launcher='fork'``: ``python -m
-    d2lzh.torch.launch``, the same job with its workers forked) on ``n`` processes; return a
-    dict: the seconds from the command's start (``wall_s``), exit code, output's tail, rank 0's
-    result with its marks as seconds from the command's start (``None`` if it wrote none)."""
+    d2lzh.torch.launch``, the same job with its workers forked; ``'run_ddp'``: ``d2l.run_ddp``
+    from a Python process, its workers spawned) on ``n`` processes; return a dict: the seconds
+    from the command's start (``wall_s``), exit code, output's tail, rank 0's result with its
+    marks as seconds from the command's start (``None`` if it wrote none)."""
     with tempfile.TemporaryDirectory(prefix='ddp-bench-') as out:
         cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--log-dir',
                f'{out}/logs', f'--nproc-per-node={n}', '-m', 'd2lzh.torch.ddp'] \
             if launcher == 'torchrun' else \
-            [sys.executable, '-m', 'd2lzh.torch.launch', f'--nproc-per-node={n}']
+            [sys.executable, '-m', 'd2lzh.torch.launch', f'--nproc-per-node={n}'] \
+            if launcher == 'fork' else [sys.executable, '-c', RUN_DDP, str(n)]
         cmd += [*flags, '--out', out]
         start = time.time()
         try:  # TMPDIR: torchrun's own folders go into `out` too
@@ -99,19 +108,31 @@ def allreduce(n, step_s):
             'bus_bandwidth_GBps': 2 * (n - 1) / n * nbytes / seconds / 1e9}
 
 
-def faults(n, examples):
+def faults(n, flags, started_after):
+    """With 2 processes rank 1 raises or is killed before its 2nd minibatch under each
+    launcher: README's (fork), torchrun and d2l.run_ddp; with more, the last rank is killed
+    under README's. The job as
+    ``flags`` say. Per case: seconds from the command's start to its end, that minus
+    ``started_after[launcher]`` (the median second at which training started in runs
+    without a fault: about when the fault strikes), exit code, the lines naming the failure,
+    the processes left on the GPUs."""
     out = {}
-    for kind in ('raise', 'kill'):
-        run = torchrun(n, ['--epochs', '1', '--batch-size', '64', '--timeout', '100',
-                           '--max-examples', examples],
-                       env={'D2LZH_FAULT': f'{kind}:1:1'}, timeout=150)
+    cases = [(launcher, f'{kind}:1:1') for launcher in ('fork', 'torchrun', 'run_ddp')
+             for kind in ('raise', 'kill')] if n == 2 else [('fork', f'kill:{n - 1}:1')]
+    for launcher, fault in cases:
+        run = torchrun(n, flags, env={'D2LZH_FAULT': fault}, timeout=150, launcher=launcher)
         left = subprocess.run(['nvidia-smi', '--query-compute-apps=pid', '--format=csv,noheader'],
                               capture_output=True, text=True).stdout.split() \
             if d2l.num_gpus() else []
         root = [ln for ln in run['tail'] if 'rank' in ln or 'Error' in ln or 'exitcode' in ln]
-        out[kind] = {'seconds': run['wall_s'], 'exit_code': run['exit_code'],
-                     'end_after_first_error_file_s': run['end_after_first_error_file_s'],
-                     'root_cause_lines': root[-8:], 'gpu_processes_left': len(left)}
+        start = started_after.get(launcher)
+        out[f'{launcher} {fault}'] = {
+            'seconds': run['wall_s'], 'exit_code': run['exit_code'],
+            'after_training_started_s': run['wall_s'] - start if start else None,
+            'end_after_first_error_file_s': run['end_after_first_error_file_s'],
+            'root_cause_lines': root[-8:], 'gpu_processes_left': len(left)}
+        print(f"fault {fault} under {launcher}: ended {run['wall_s']:.1f} s after the command's "
+              f"start (exit {run['exit_code']})", flush=True)
     return out
 
 
@@ -162,8 +183,15 @@ def main():
             if gpus >= n:
                 step = d2l.FAST.batch_size * n / ips['mean'] if ips else None
                 result['allreduce'][n] = allreduce(n, step)
-    if max(counts) >= 2:
-        result['faults'] = faults(2, args.max_examples)
+    result['faults'] = {}
+    for n in [n for n in counts if n >= 2]:
+        strong = base + ['--batch-size', str(d2l.FAST.batch_size // n)]
+        started = {launcher: statistics.median(r['result']['marks']['train_start']
+                                               for r in tta[n][launcher]['runs'] if r['result'])
+                   for launcher in ('fork', 'torchrun') if any(r['result'] for r in
+                                                               tta[n][launcher]['runs'])}
+        started['run_ddp'] = started.get('fork')  # spawned, not forked: later, if anything
+        result['faults'][n] = faults(n, strong, started)
     paths = [write_result(result, args.out, max(counts)),
              write_result({**{k: result[k] for k in ('date', 'device', 'gpus', 'torch', 'cuda',
                                                        'nccl', 'python', 'launches')},

@@ -17,7 +17,7 @@ KINDS = ('speedup', 'ratio', 'accuracy')
 
 
 def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
-           headline=False, kind=None):
+           headline=False, kind=None, subset='chosen'):
     """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged. With
     ``$D2LZH_RESULTS`` naming a file (``make run`` sets one per notebook) it is appended there as
     a JSON line, with the data subset and the GPUs the framework could use.
@@ -29,7 +29,8 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
     ``['2 个设备 = 同一组 CPU 核心']``; ``spread``: (low, high) over repeats, in ``unit``;
     ``headline``: the notebook's headline figure; ``kind``: one of :data:`KINDS` or None (the
     summary then guesses from ``unit`` and ``key``: pass ``'ratio'`` for a ratio in ``'x'`` that
-    is not a speed-up). ValueError: ``key`` empty or not a str, ``note``/``what`` not a str,
+    is not a speed-up); ``subset``: training images it was measured on, by default the last
+    :func:`d2lzh.data.choose_max_examples` chose (None: no training subset). ValueError: ``key`` empty or not a str, ``note``/``what`` not a str,
     ``spread`` not a pair, ``kind`` not in :data:`KINDS`.
     """
     if not isinstance(key, str) or not key:
@@ -44,7 +45,7 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
     path = os.environ.get('D2LZH_RESULTS')
     if path:
         from . import data  # here, not at the top: `import d2lzh` stays free of numpy
-        item = {'key': key, 'value': value, 'unit': unit, 'subset': data.CONTEXT.get('subset'),
+        item = {'key': key, 'value': value, 'unit': unit, 'subset': data.CONTEXT.get('subset') if subset == 'chosen' else subset,
                 'gpus': gpus_in_use(), 'note': note, 'what': what, 'tags': list(tags),
                 'spread': None if spread is None else [float(x) for x in spread],
                 'headline': bool(headline), 'kind': kind}

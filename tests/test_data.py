@@ -382,12 +382,14 @@ def test_figures_carry_the_subset_that_choose_max_examples_picked(tmp_path, monk
     assert data.choose_max_examples(cpu_default=300, gpu_available=False) == 300
     assert '前 300/60000 张训练图像' in capsys.readouterr().out
     results.record('test_acc', 0.1)
+    results.record('one_batch_ratio', 1.5, 'x', kind='ratio', subset=None)  # no training subset
     assert data.choose_max_examples(cpu_default=300, gpu_available=True) is None
     results.record('test_acc_full', 0.9, note='book settings')
     assert data.choose_max_examples(cpu_default=None, gpu_available=False) is None  # all, on a CPU
     assert '按书中设置：使用全部 60000 张训练图像' in capsys.readouterr().out
     figures = results.read_figures(out)
     assert figures['test_acc']['subset'] == 300 and figures['test_acc']['value'] == 0.1
+    assert figures['one_batch_ratio']['subset'] is None
     assert figures['test_acc_full']['subset'] is None
     assert figures['test_acc_full']['note'] == 'book settings'
     with pytest.raises(ValueError, match='note must be a str'):
