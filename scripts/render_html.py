@@ -71,8 +71,9 @@ def _add_alt_texts(nb, cell_label):
                 alt = plain.strip()
             elif titles:
                 alt = f'图（{section}）：' + '；'.join(titles)
-            else:
-                alt = f'图：{cell_label(cell)} 画出的图（{section}）'
+            else:  # a space after a label that ends in Latin text ("..."), none after Chinese
+                label = cell_label(cell)
+                alt = f'图：{label}{" " if label[-1:].isascii() else ""}画出的图（{section}）'
             out.setdefault('metadata', {})['d2lzh_alt'] = alt
 
 
@@ -106,8 +107,8 @@ def ensure_mathjax(area):
         return target
     source = _mathjax_source()
     if source is None:
-        raise RuntimeError('the HTML pages need MathJax from the package jupyter-server-mathjax '
-                           '(pinned in requirements.txt): run `make venv` or '
+        raise RuntimeError('HTML 网页要用 jupyter-server-mathjax 包里的 MathJax（requirements.txt '
+                           '固定了这个包的版本），但它没有安装：请运行 `make venv` 或 '
                            '`.venv/bin/pip install -r requirements.txt`')
     # Everything but the SVG output (HTML-CSS is the renderer configured).
     shutil.copytree(source, target, dirs_exist_ok=True, copy_function=_link_or_copy,
@@ -155,8 +156,8 @@ def rewrite_links(page, source_dir, page_dir, name):
 
     page = LINK.sub(fix, page)
     if broken:
-        raise RuntimeError(f'{name} links to what does not exist: {", ".join(broken)} '
-                           f'(relative to {source_dir}): fix the link in the notebook')
+        raise RuntimeError(f'{name} 的链接指向不存在的文件或文件夹：{"、".join(broken)}'
+                           f'（相对于 {source_dir}）；请改正笔记本里的链接')
     return page
 
 
@@ -186,7 +187,7 @@ def render_html(nb, dest, source_dir, mathjax, page_dir=None, cell_label=None):
 
     page_dir = Path(page_dir or dest.parent)
     nb = copy.deepcopy(nb)
-    _add_alt_texts(nb, cell_label or (lambda cell: 'a cell'))
+    _add_alt_texts(nb, cell_label or (lambda cell: '一个单元'))
     url = f'{_relative(Path(mathjax) / "MathJax.js", page_dir)}?config={MATHJAX_CONFIG}'
     exporter = HTMLExporter(template_name='d2lzh', extra_template_basedirs=[str(TEMPLATES)],
                             mathjax_url=url, language_code='zh-CN')
@@ -207,7 +208,7 @@ def render_html(nb, dest, source_dir, mathjax, page_dir=None, cell_label=None):
     finally:
         exporter.log.removeHandler(handler)
     if warned:
-        raise RuntimeError(f'nbconvert warned while rendering {dest.name}: ' + '; '.join(warned))
+        raise RuntimeError(f'nbconvert 在生成 {dest.name} 时发出了警告：' + '；'.join(warned))
     body = rewrite_links(body, source_dir, page_dir, dest.stem)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(body, encoding='utf-8')

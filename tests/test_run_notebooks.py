@@ -510,7 +510,7 @@ def test_a_link_that_leads_nowhere_stops_make_html_with_one_line(tmp_path):
     write_nb(tmp_path / 'nbs' / 'a.ipynb', ['1'], title='A', text='[x](../docs/missing.md)')
     out = runner(['--stored', '--build', 'build', 'nbs/a.ipynb'], tmp_path)
     assert out.returncode == 1 and out.stderr.count('\n') == 1, out.stderr
-    assert 'links to what does not exist: ../docs/missing.md' in out.stderr
+    assert 'a 的链接指向不存在的文件或文件夹：../docs/missing.md（相对于 ' in out.stderr
 
 
 # ---------------------------------------------------------------- command line
