@@ -273,7 +273,8 @@ def run_all(notebooks, build, timeout):
           f'{out}/<edition>/')
     for r in rows:
         if r['status'] != 'ok':
-            print(f"失败：{r['error']}（输出在 {rel(r['attempt'])}/）", file=sys.stderr)
+            print(f"{'已中断' if r.get('interrupted') else '失败'}：{r['error']}"
+                  f"（输出在 {rel(r['attempt'])}/）", file=sys.stderr)
     if rows and rows[-1].get('interrupted'):
         return 130
     return 1 if any(r['status'] != 'ok' for r in rows) else 0

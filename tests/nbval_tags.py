@@ -109,7 +109,7 @@ def apply(item, gpus):
 
 # nbval names a failing cell "Cell 3" (its index among the code cells); make run and
 # Jupyter name it by its execution count. Give nbval's report the same name as
-# make run: `cell [4] "first line of its source"` (scripts/run_notebooks.py:cell_label).
+# make run: `单元 [4] "first line of its source"` (scripts/run_notebooks.py:cell_label).
 def _cell_labeller():
     import importlib.util
     spec = importlib.util.spec_from_file_location(
@@ -134,6 +134,6 @@ def pytest_collection_modifyitems(items):
 
         def repr_failure(excinfo, original=original, label=label, item=item):
             text = str(original(excinfo))
-            return (f'{item.fspath.basename}: {label} failed '
-                    f'(nbval\'s Cell {item.cell_num})\n' + text)
+            return (f'{item.fspath.basename}：{label} 没有通过'
+                    f'（nbval 的 Cell {item.cell_num}）\n' + text)
         item.repr_failure = repr_failure
