@@ -144,6 +144,8 @@ def main():
     parser.add_argument('--epochs', type=int, default=2)
     parser.add_argument('--max-examples', default='all')
     parser.add_argument('--out', type=Path, default=ROOT / 'bench' / 'results')
+    parser.add_argument('--no-weak', action='store_true', help='leave out 2. and 4. (weak '
+                        'scaling and the all-reduce): time to accuracy and faults only')
     args = parser.parse_args()
     gpus = d2l.num_gpus()
     counts = [n for n in map(int, args.gpus.split(',')) if n <= max(gpus, 2)]
@@ -163,7 +165,7 @@ def main():
     result['weak'], result['allreduce'], tta = {}, {}, {}
     for n in counts:
         lr = f'{d2l.FAST.lr * n:g}'
-        weak = ddp_runs(n, args.launches, base + ['--lr', lr])
+        weak = ddp_runs(n, 0 if args.no_weak else args.launches, base + ['--lr', lr])
         result['weak'][n] = weak
         ips = weak['images_per_s']
         if ips and best:
@@ -179,7 +181,7 @@ def main():
         print(f"to 0.92 on {n}, global batch {d2l.FAST.batch_size}, from the command's start: "
               + ', '.join(f"{k} {v['to_target_from_command_s']['mean']:.1f} s"
                           for k, v in tta[n].items() if v['to_target_from_command_s']), flush=True)
-        if n > 1:
+        if n > 1 and not args.no_weak:
             if gpus >= n:
                 step = d2l.FAST.batch_size * n / ips['mean'] if ips else None
                 result['allreduce'][n] = allreduce(n, step)

@@ -111,3 +111,31 @@ def test_bench_readme_fast_options_figures_are_the_run_it_names():
     compiled = result['aot_compile']
     assert f"({compiled['compile_s']:.1f} s, {compiled['bytes'] / 1e6:.1f} MB file)" in section
     assert f"(the first process: {result['mega_first']['reached_s']:.1f} s)" in section
+
+
+def test_bench_readme_fault_and_launch_figures_are_the_run_it_names():
+    """bench/README.md's paragraph on faults and launch cost after the forked workers' signal
+    fix: every second it quotes is one of the JSON files it names."""
+    text = (ROOT / 'bench' / 'README.md').read_text(encoding='utf-8')
+    name = re.search(r'`(NVIDIA-[^`]+-faults\.json)`', text)[1]
+    start = text.index(f'`{name}`')
+    paragraph = ' '.join(text[start:text.index('\n\n', start)].split())
+    result = json.loads((ROOT / 'bench' / 'results' / name).read_text())
+    tta = json.loads((ROOT / 'bench' / 'results' / name.replace('.json', '-time-to-accuracy.json'))
+                     .read_text())['by_gpus']['2']
+    faults = result['faults']['2']
+    for launcher in ('fork', 'torchrun', 'run_ddp'):
+        raised, killed = faults[f'{launcher} raise:1:1'], faults[f'{launcher} kill:1:1']
+        assert f"{raised['seconds']:.2f} s" in paragraph and f"{killed['seconds']:.2f} s" in paragraph
+        assert raised['gpu_processes_left'] == killed['gpu_processes_left'] == 0
+        assert raised['exit_code'] == killed['exit_code'] == 1
+    fork = faults['fork raise:1:1'], faults['fork kill:1:1']
+    assert (f"{fork[0]['after_training_started_s']:.2f} s and "
+            f"{fork[1]['after_training_started_s']:.2f} s after") in paragraph
+    assert all(f['after_training_started_s'] < 10 for f in faults.values())
+    single = [r['reached_s'] for r in result['best_single']['runs']]
+    assert f'one-GPU script {min(single):.2f}-{max(single):.2f} s' in paragraph
+    marks = [r['result']['marks'] for r in tta['fork']['runs']]
+    for mark in ('imported', 'process_group', 'model', 'train_start', 'startup_done', 'reached'):
+        values = [m[mark] for m in marks]
+        assert f'{min(values):.2f}-{max(values):.2f} s' in paragraph, mark
