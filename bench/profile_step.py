@@ -68,7 +68,7 @@ def main():
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(0)
     recipe = dataclasses.replace(d2l.FAST, batch_size=args.batch_size)
-    fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
+    fmt = recipe.memory_format
     net = d2l.resnet18(10, conv_bias=args.conv_bias).to(dev, memory_format=fmt)
     n_conv = sum(isinstance(m, torch.nn.Conv2d) and m.bias is not None for m in net.modules())
     step = d2l.TrainStep(net, recipe, dev)

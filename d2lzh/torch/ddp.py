@@ -165,9 +165,8 @@ def _train(recipe, job):
         test_iter = FashionMNISTIter(test_x, test_y, 512, False, device=device) \
             if rank == 0 else None
         marks['data'] = time.time()  # this rank's shard (and rank 0's test set) on its device
-        fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
         net = resnet18(10, conv_bias=job.conv_bias) if job.model == 'resnet18' else lenet()
-        net = net.to(device, memory_format=fmt)
+        net = net.to(device, memory_format=recipe.memory_format)
         marks['model'] = time.time()  # DDP's construction next: it imports TorchDynamo
         # A DDP step recorded in a CUDA graph, as PyTorch's CUDA-graph notes ask: NCCL >= 2.9.6,
         # its async error handling off (above), DDP built on the side stream that records,

@@ -1,6 +1,5 @@
-"""The fast path (beyond the book; notebook 07): :func:`train_fast` trains as a
-:class:`Recipe` says, the one validated settings object of its techniques, none turning
-another on (also the torchrun worker's flags, ``run_ddp``'s and bench/'s settings);
+"""The fast path (beyond the book; notebook 07): :func:`train_fast` trains as a :class:`Recipe`
+says, the one settings object of its techniques (the DDP worker's, ``run_ddp``'s, bench/'s);
 :data:`FAST` is the recipe measured fastest from a cold start to 0.92 on one H100."""
 import dataclasses
 import math
@@ -87,6 +86,11 @@ class Recipe:
              "torch.optim's rate as a constant), or use lr_schedule='cosine'")]:
             if not ok:
                 raise ValueError(message)
+
+    @property
+    def memory_format(self):
+        """``torch.channels_last`` or ``torch.contiguous_format``, as ``channels_last`` says."""
+        return torch.channels_last if self.channels_last else torch.contiguous_format
 
 
 #: Measured fastest from a cold start to 0.92 on one H100 (ResNet-18, data on the GPU,
@@ -341,8 +345,7 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
     than recipe.batch_size, another optimizer's checkpoint."""
     called, device = time.perf_counter(), torch.device(device)
     _check_batch_size(train_iter, recipe)
-    fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
-    ddp = isinstance(net, DistributedDataParallel)
+    ddp, fmt = isinstance(net, DistributedDataParallel), recipe.memory_format
     module = net.module if ddp else net.to(device, memory_format=fmt)
     step, saves = TrainStep(net, recipe, device), not ddp or torch.distributed.get_rank() == 0
     history = _resume(recipe, module, step, device, verbose)
