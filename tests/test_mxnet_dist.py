@@ -111,7 +111,7 @@ def test_two_workers_equal_one_process_on_the_combined_batch(tmp_path):
     code, out, seconds, tag = run_job('--out', str(tmp_path), extra_env={'PORT': '9'})
     assert code == 0, out
     assert '忽略 PORT=9' in out
-    assert '全部 4 个进程（1 scheduler, 1 server, 2 worker）在' in out
+    assert '全部 4 个进程（1 个 scheduler，1 个 server，2 个 worker）在' in out
     assert_nothing_left(tag)
     w0 = dist.load_result(tmp_path, 'worker-0')
     w1 = dist.load_result(tmp_path, 'worker-1')
