@@ -79,6 +79,10 @@ def kind_of(key, fig):
     return 'accuracy' if not fig.get('unit') and 'acc' in key.split('_') and fraction else None
 
 
+#: units recorded in English words, as a reader of the summary reads them (ms, s, MB stay)
+UNIT_WORDS = {'images/s': '张/秒', 'kernels': '个核函数'}
+
+
 def format_value(value, unit='', kind=None):
     """The one rule: ratios ``0.99×`` (2 decimals; ``0.997×`` where 2 would read 1.00), accuracies ``0.70``, anything else 3
     significant digits (no exponent) and its unit; ints and text as they are."""
@@ -93,7 +97,8 @@ def format_value(value, unit='', kind=None):
     else:
         digits = 0 if value == 0 else max(0, 2 - math.floor(math.log10(abs(value))))
         text = f'{value:.{digits}f}'
-    return f'{text} {unit}'.strip()
+    return f'{text} {UNIT_WORDS.get(unit, unit)}'.strip()
+
 
 
 def verdict(fig):

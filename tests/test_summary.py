@@ -122,7 +122,7 @@ def test_numbers_follow_one_rule(recorded):
         ['1.00×', '3.00×', '0.99×', '244.40×']
     assert [fmt(41.234, 'ms'), fmt(1227.75, 'ms'), fmt(0.0011, 's'), fmt(35.93, 'images/s'),
             fmt(0.0, 'MB'), fmt(12, 'kernels')] == \
-        ['41.2 ms', '1228 ms', '0.00110 s', '35.9 images/s', '0 MB', '12 kernels']
+        ['41.2 ms', '1228 ms', '0.00110 s', '35.9 张/秒', '0 MB', '12 个核函数']
     lines, text, _ = recorded
     for line in lines + text.splitlines():
         assert not re.search(r'\d(x\b|倍)', line), line  # speed-ups end in ×, never x
