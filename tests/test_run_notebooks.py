@@ -405,8 +405,8 @@ def test_summary_tags_come_from_the_recorded_figures(tmp_path):
     assert lines[-1] == ('  8.5 多GPU计算的简洁实现（61 秒）：1.80×（1.70×–1.90×）；'
                          '最近 3 次运行：1.20×、1.75×、1.80×')
     text = (tmp_path / 'build' / 'run' / 'summary.md').read_text()
-    assert '| 06_x | `ips_dp2` | 35.0 images/s | 2 个设备 = 同一组 CPU 核心 |' in text
-    assert '| 06_x | `ips_ddp1` | 40.0 images/s | 1 个进程 |' in text
+    assert '| 06_x | `ips_dp2` | 35.0 张/秒 | 2 个设备 = 同一组 CPU 核心 |' in text
+    assert '| 06_x | `ips_ddp1` | 40.0 张/秒 | 1 个进程 |' in text
     assert '| 0.90×（0.80×–1.10×，测不出明显差别） |' in text
     assert '没有 PyTorch 能用的 GPU' in text and '不能说明两块 GPU 的情形' in text
     # the chart: each notebook's headline speed-up, in summary.png and on the summary page
