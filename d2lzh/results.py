@@ -29,10 +29,9 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
     ``['2 个设备 = 同一组 CPU 核心']``; ``spread``: (low, high) over repeats, in ``unit``;
     ``headline``: the notebook's headline figure; ``kind``: one of :data:`KINDS` or None (the
     summary then guesses from ``unit`` and ``key``: pass ``'ratio'`` for a ratio in ``'x'`` that
-    is not a speed-up); ``subset``: training images it was measured on, by default the last
-    :func:`d2lzh.data.choose_max_examples` chose (None: no training subset). ValueError: ``key`` empty or not a str, ``note``/``what`` not a str,
-    ``spread`` not a pair, ``kind`` not in :data:`KINDS`.
-    """
+    is not a speed-up); ``subset``: its training images (default: the last choice of
+    :func:`d2lzh.data.choose_max_examples`; None: no subset). ValueError: ``key`` empty or not a
+    str, ``note``/``what`` not a str, ``spread`` not a pair, ``kind`` not in :data:`KINDS`."""
     if not isinstance(key, str) or not key:
         raise ValueError(f'record: key must be a non-empty str, got {key!r}')
     for name, text in (('note', note), ('what', what)):
@@ -45,7 +44,8 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
     path = os.environ.get('D2LZH_RESULTS')
     if path:
         from . import data  # here, not at the top: `import d2lzh` stays free of numpy
-        item = {'key': key, 'value': value, 'unit': unit, 'subset': data.CONTEXT.get('subset') if subset == 'chosen' else subset,
+        subset = data.CONTEXT.get('subset') if subset == 'chosen' else subset
+        item = {'key': key, 'value': value, 'unit': unit, 'subset': subset,
                 'gpus': gpus_in_use(), 'note': note, 'what': what, 'tags': list(tags),
                 'spread': None if spread is None else [float(x) for x in spread],
                 'headline': bool(headline), 'kind': kind}
