@@ -117,7 +117,7 @@ class Fault:
         """Fail now, as ``kind`` says."""
         if self.kind == 'kill':
             os.kill(os.getpid(), signal.SIGKILL)
-        raise RuntimeError(f'工作进程 rank {self.rank} 在第 {self.step} 个小批量之前故意失败'
+        raise RuntimeError(f'工作进程 rank {self.rank} 在第 {self.step + 1} 个小批量之前故意失败'
                            f'（{FAULT_ENV}={self!r}）')
 
 

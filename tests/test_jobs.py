@@ -53,7 +53,7 @@ def test_fault_seam_strikes_before_the_named_minibatch_across_epochs():
     assert len(wrapped) == 3 and data.epoch == 3
     assert list(wrapped) == [0, 1, 2]
     taken = []
-    with pytest.raises(RuntimeError, match=r'工作进程 rank 1 在第 4 个小批量之前故意失败'):
+    with pytest.raises(RuntimeError, match=r'工作进程 rank 1 在第 5 个小批量之前故意失败'):
         for batch in wrapped:
             taken.append(batch)
     assert taken == [0]

@@ -154,7 +154,7 @@ def test_step_with_the_local_batch_multiplies_the_learning_rate(tmp_path):
 
 
 @pytest.mark.parametrize('mode, said, how', [
-    ('raise', 'RuntimeError: 工作进程 rank 1 在第 2 个小批量之前故意失败', 'env'),
+    ('raise', 'RuntimeError: 工作进程 rank 1 在第 3 个小批量之前故意失败', 'env'),
     ('kill', '被 SIGKILL 杀死', 'cli')])
 def test_a_failing_worker_ends_the_whole_job(mode, said, how):
     """The fault reaches the worker through $D2LZH_FAULT (the seam of d2lzh.jobs), or through

@@ -148,7 +148,7 @@ def test_exception_names_rank_and_traceback(debian_dir, tmp_path):
     root = out[out.index('Root Cause'):]
     assert 'rank      : 1 (local_rank: 1)' in root
     assert 'Traceback (most recent call last)' in root
-    assert ('RuntimeError: 工作进程 rank 1 在第 0 个小批量之前故意失败'
+    assert ('RuntimeError: 工作进程 rank 1 在第 1 个小批量之前故意失败'
             '（D2LZH_FAULT=raise:1:0）') in root
     error_file = next((tmp_path / 'logs').rglob('attempt_0/1/error.json'))
     assert end - error_file.stat().st_mtime < END_DEADLINE
@@ -271,7 +271,7 @@ def test_run_ddp_from_python_reports_a_killed_rank(debian_dir, monkeypatch, tmp_
     first, *stack = str(raised.value).splitlines()
     assert time.monotonic() - start < 10, 'the job outlived its failing rank by seconds'
     assert first.startswith('DDP 工作进程 rank 1（共 2 个）失败，退出码 1：RuntimeError: 工作进程 '
-                            'rank 1 在第 0 个小批量之前故意失败'), first
+                            'rank 1 在第 1 个小批量之前故意失败'), first
     assert stack[0] == 'rank 1 的 Traceback (most recent call last):', stack
     assert any('File "d2lzh/jobs.py"' in line for line in stack), stack  # no machine's folders
     assert stack[-1].startswith('RuntimeError: 工作进程 rank 1 在第'), stack
