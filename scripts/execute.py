@@ -24,13 +24,13 @@ def first_line(cell):
 
 
 def cell_label(cell):
-    """How a cell is named in every message: ``单元 [4] "first line"``.
+    """How a cell is named in every message: ``单元格 [4] "first line"``.
 
     ``[4]`` is the execution count Jupyter shows beside the cell (``[ ]``
     when it has none), the text the first line of its source.
     """
     count = cell.get('execution_count')
-    return f'单元 [{count if count is not None else " "}] "{first_line(cell)}"'
+    return f'单元格 [{count if count is not None else " "}] "{first_line(cell)}"'
 
 
 def failing_cell(nb):
@@ -94,7 +94,7 @@ class Progress:
         self.number = self.ordinal.get(cell_index, 0)
         self.cell, self.started = cell, time.perf_counter()
         if self.bar is None:
-            self._say(f'单元 {self.number}/{self.total}："{first_line(cell)[:100]}"')
+            self._say(f'单元格 {self.number}/{self.total}："{first_line(cell)[:100]}"')
         else:
             self.bar.n = max(self.number - 1, 0)
         self.tick()
@@ -108,18 +108,18 @@ class Progress:
         source = f'> {last}' if last else f'"{first_line(self.cell)[:60]}"'
         if self.bar is not None:
             self.bar.ncols = self._columns()  # the terminal may have been resized
-            self.bar.set_description_str(f'单元 {self.number}/{self.total}，{seconds:.0f} 秒：'
+            self.bar.set_description_str(f'单元格 {self.number}/{self.total}，{seconds:.0f} 秒：'
                                          f'{source}')
         elif time.perf_counter() - self.said >= self.every:
-            self._say(f'单元 {self.number}/{self.total} 运行了 {seconds:.0f} 秒，尚未结束'
+            self._say(f'单元格 {self.number}/{self.total} 运行了 {seconds:.0f} 秒，尚未结束'
                       + (f'：{last}' if last else ''), cut=True)
 
     def where(self):
-        """``单元 3/25 "first line"（已运行 12 秒）``: the cell that runs, or '' before the
+        """``单元格 3/25 "first line"（已运行 12 秒）``: the cell that runs, or '' before the
         first."""
         if self.cell is None:
             return ''
-        return (f'单元 {self.number}/{self.total} "{first_line(self.cell)[:60]}"'
+        return (f'单元格 {self.number}/{self.total} "{first_line(self.cell)[:60]}"'
                 f'（已运行 {time.perf_counter() - self.started:.0f} 秒）')
 
     def _say(self, text, cut=False):
@@ -163,9 +163,9 @@ def execute(nb, cwd, timeout, env, progress, stderr=None):
 
     Returns:
         (error, interrupted): ``error`` is '' when every cell ran, else one line naming the
-        cell as Jupyter shows it (``在单元 [4] "first line" 出错：ValueError: ...``), what
+        cell as Jupyter shows it (``在单元格 [4] "first line" 出错：ValueError: ...``), what
         stopped the kernel, or where it was interrupted; it reads on from the notebook's
-        path (``nbs/x.ipynb 在单元 ...``). ``interrupted`` is True after Ctrl-C (SIGINT),
+        path (``nbs/x.ipynb 在单元格 ...``). ``interrupted`` is True after Ctrl-C (SIGINT),
         which stops the kernel and every process in its group.
     """
     from nbclient import NotebookClient
@@ -203,7 +203,7 @@ def execute(nb, cwd, timeout, env, progress, stderr=None):
         progress.close()
     if interrupted:
         where = progress.where()
-        return (f'在{where}时被中断' if where else '在第一个单元开始运行之前被中断') + \
+        return (f'在{where}时被中断' if where else '在第一个单元格开始运行之前被中断') + \
             '（Ctrl-C、SIGINT 或 SIGTERM）', True
     if not failure:
         return '', False
@@ -212,7 +212,7 @@ def execute(nb, cwd, timeout, env, progress, stderr=None):
         # the cell that was running, and its limit: its error output, if any, is only the
         # KeyboardInterrupt that stopping the kernel left, and nbclient's message ends in the
         # cell's source
-        cell, what = progress.cell, f'超过了每个单元 {timeout} 秒的时限'
+        cell, what = progress.cell, f'超过了每个单元格 {timeout} 秒的时限'
     elif isinstance(err, CellExecutionError):
         cell, what = failing_cell(nb)
         if cell is None:
@@ -222,4 +222,4 @@ def execute(nb, cwd, timeout, env, progress, stderr=None):
                          and c.get('execution_count') is not None), None)
     else:  # the kernel died, did not start ...
         return f'没能运行完：{type(err).__name__}: {err}', False
-    return (f'在{cell_label(cell)} ' if cell is not None else '在第一个单元') + f'出错：{what}', False
+    return (f'在{cell_label(cell)} ' if cell is not None else '在第一个单元格') + f'出错：{what}', False

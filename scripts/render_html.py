@@ -187,7 +187,7 @@ def render_html(nb, dest, source_dir, mathjax, page_dir=None, cell_label=None):
 
     page_dir = Path(page_dir or dest.parent)
     nb = copy.deepcopy(nb)
-    _add_alt_texts(nb, cell_label or (lambda cell: '一个单元'))
+    _add_alt_texts(nb, cell_label or (lambda cell: '一个单元格'))
     url = f'{_relative(Path(mathjax) / "MathJax.js", page_dir)}?config={MATHJAX_CONFIG}'
     exporter = HTMLExporter(template_name='d2lzh', extra_template_basedirs=[str(TEMPLATES)],
                             mathjax_url=url, language_code='zh-CN')

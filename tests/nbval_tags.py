@@ -109,7 +109,7 @@ def apply(item, gpus):
 
 # nbval names a failing cell "Cell 3" (its index among the code cells); make run and
 # Jupyter name it by its execution count. Give nbval's report the same name as
-# make run: `单元 [4] "first line of its source"` (scripts/run_notebooks.py:cell_label).
+# make run: `单元格 [4] "first line of its source"` (scripts/run_notebooks.py:cell_label).
 def _cell_labeller():
     import importlib.util
     spec = importlib.util.spec_from_file_location(

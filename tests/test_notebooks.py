@@ -258,7 +258,7 @@ def test_nbval_names_the_failing_cell_as_jupyter_does(tmp_path):
          'tests/test_packaging.py::test_unknown_attribute', str(tmp_path / 'mismatch.ipynb')],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert 'mismatch.ipynb：单元 [2] "print(x + 1)" 没有通过（nbval 的 Cell 1）' in out.stdout, \
+    assert 'mismatch.ipynb：单元格 [2] "print(x + 1)" 没有通过（nbval 的 Cell 1）' in out.stdout, \
         out.stdout
     assert '1 failed, 3 passed' in out.stdout, out.stdout
 

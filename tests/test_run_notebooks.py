@@ -67,7 +67,7 @@ def test_runner_names_the_failing_cell_as_jupyter_does(tmp_path):
     out = runner(['--build', 'build', 'nbs/bad.ipynb'], tmp_path)  # relative, as make passes it
     assert out.returncode == 1, out.stdout + out.stderr
     # [2]: the execution count Jupyter shows; the first line that is not blank
-    assert '失败：nbs/bad.ipynb 在单元 [2] "raise ValueError(\'boom\')" 出错：ValueError: boom' \
+    assert '失败：nbs/bad.ipynb 在单元格 [2] "raise ValueError(\'boom\')" 出错：ValueError: boom' \
         in out.stderr, out.stderr
     attempt = tmp_path / 'build' / 'run' / 'mxnet' / 'bad.attempt'
     assert '这次尝试的输出在 build/run/mxnet/bad.attempt/' in out.stdout
@@ -100,7 +100,7 @@ def test_failed_and_interrupted_reruns_leave_the_results_byte_identical(tmp_path
     assert out.returncode == 0, out.stdout + out.stderr
     # progress, plain lines when not on a terminal: which notebook, which cell of how many
     assert '[1/1] 正在运行 nbs/05_x.ipynb ……\n' in out.stdout
-    assert '  单元 1/4："import os, time"\n' in out.stdout and '单元 4/4' in out.stdout
+    assert '  单元格 1/4："import os, time"\n' in out.stdout and '单元格 4/4' in out.stdout
     assert re.search(r'\n  完成，用时 \d+ 秒\n', out.stdout), out.stdout
     assert (folder / '05_x' / 'trace.json').read_text() == '2.0'
     assert not attempt.exists()
@@ -130,9 +130,9 @@ def test_failed_and_interrupted_reruns_leave_the_results_byte_identical(tmp_path
     assert '  已中断（运行了 ' in stdout and '这次尝试的输出在 build/run/mxnet/05_x.attempt/' \
         in stdout
     # where: the cell of how many, its first line, for how long it ran
-    assert re.search(r'：nbs/05_x\.ipynb 在单元 4/4 "if os\.environ\.get\(\'MODE\'\) == \'slow\':"'
+    assert re.search(r'：nbs/05_x\.ipynb 在单元格 4/4 "if os\.environ\.get\(\'MODE\'\) == \'slow\':"'
                      r'（已运行 \d+ 秒）时被中断（Ctrl-C、SIGINT 或 SIGTERM）\n', stdout), stdout
-    assert '已中断：nbs/05_x.ipynb 在单元 4/4 ' in stderr and '失败' not in stderr, stderr
+    assert '已中断：nbs/05_x.ipynb 在单元格 4/4 ' in stderr and '失败' not in stderr, stderr
     assert results(build) == good
     kernel = int(pid_file.read_text())
     for _ in range(50):  # the kernel was stopped with the run
@@ -240,7 +240,7 @@ def test_progress_is_one_updating_line_on_a_terminal():
     progress.tick()
     progress.close()
     text = stream.getvalue()
-    assert ' 用时 00:00 | 单元 2/2，0 秒："train()"' in text and '\r' in text and '\n' not in text.strip()
+    assert ' 用时 00:00 | 单元格 2/2，0 秒："train()"' in text and '\r' in text and '\n' not in text.strip()
 
 
 def stream(text, name='stdout'):
@@ -277,7 +277,7 @@ def test_progress_shows_the_running_cells_last_line_cut_to_the_terminal(monkeypa
         assert shown and all(disp_len(s) <= 72 for s in shown), shown
         assert 'epoch 2, loss 0.51' in shown[-1] and 'epoch 1' not in shown[-1], shown
         cell.outputs = []
-    assert shown[-1].startswith('  单元 1/1 运行了 0 秒，尚未结束：epoch 2'), shown
+    assert shown[-1].startswith('  单元格 1/1 运行了 0 秒，尚未结束：epoch 2'), shown
 
 
 def test_a_long_cells_output_reaches_the_progress_line_while_it_runs(tmp_path):
@@ -289,7 +289,7 @@ def test_a_long_cells_output_reaches_the_progress_line_while_it_runs(tmp_path):
     error, interrupted = execute.execute(nb, tmp_path, 60, env,
                                          execute.Progress(nb, out, every=1))
     assert (error, interrupted) == ('', False)
-    assert '单元 1/1 运行了 ' in out.getvalue()
+    assert '单元格 1/1 运行了 ' in out.getvalue()
     assert ' 秒，尚未结束：epoch 1, loss 0.9\n' in out.getvalue(), out.getvalue()
 
 
@@ -301,7 +301,7 @@ def test_a_cell_past_its_time_limit_is_named_with_the_limit(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     error, interrupted = execute.execute(nb, tmp_path, 2, env,
                                          execute.Progress(nb, io.StringIO()))
-    assert (error, interrupted) == ('在单元 [2] "import time" 出错：超过了每个单元 2 秒的时限',
+    assert (error, interrupted) == ('在单元格 [2] "import time" 出错：超过了每个单元格 2 秒的时限',
                                     False)
 
 
