@@ -41,10 +41,10 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help venv data run test test-gpu cloud-test lab lab-reset html clean distclean test-gpu-build
 
-help:  ## this list. EDITION=mxnet|pytorch|all, NOTEBOOKS=...: which notebooks; BUILD=DIR: where run, html write (default build); README: all variables
+help:  ## 列出这些目标。EDITION=mxnet|pytorch|all、NOTEBOOKS=...：选哪些笔记本；BUILD=DIR：run、html 写到哪里（默认 build）；全部变量见 README.md
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "make %-15s %s\n", $$1, $$2}' $(firstword $(MAKEFILE_LIST))
 
-venv: $(if $(filter mxnet,$(EDITION)),$(STAMP),$(VENV)/.installed-torch)  ## create/update .venv (NUMPY=2: numpy 2)
+venv: $(if $(filter mxnet,$(EDITION)),$(STAMP),$(VENV)/.installed-torch)  ## 创建或更新 .venv（NUMPY=2：用 numpy 2）
 
 $(VENV)/.installed-torch: $(STAMP) requirements-torch.txt
 	$(PIP) install -r requirements-torch.txt
@@ -69,7 +69,7 @@ $(STAMP): $(REQUIREMENTS) pyproject.toml
 
 # Debian's packages, installed as root where missing: the data (the charts' font is a pip pin)
 DEBIAN_PACKAGES := dataset-fashion-mnist
-data: venv  ## find, install (Debian's packages, as root) or download Fashion-MNIST and verify it
+data: venv  ## 找到、安装（Debian 的软件包，需要 root）或下载 Fashion-MNIST，并校验它
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	[ -z "$$missing" ] || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  echo "正在安装 $$missing" && { apt-get install -y -q $$missing || { apt-get update -q && \
@@ -77,12 +77,12 @@ data: venv  ## find, install (Debian's packages, as root) or download Fashion-MN
 	  echo "没有安装 $$missing（加载数据时会改为下载）"
 	$(PY) -m d2lzh.data
 
-run: data  ## execute the notebooks into build/run/<edition>/; summary and chart: build/run/summary.{md,png,html}
+run: data  ## 执行笔记本，结果写到 build/run/<edition>/；汇总和图表：build/run/summary.{md,png,html}
 	$(PY) scripts/run_notebooks.py --build $(BUILD) $(NOTEBOOKS)
 
 # Temporary files (pytest's, kernels', torch's) and d2l.output_dir() go into one folder, removed after.
 # OMP_WAIT_POLICY=PASSIVE: waiting OpenMP threads sleep, not spin on the other test process's cores.
-test: data  ## unit tests of d2lzh + nbval on the notebooks
+test: data  ## d2lzh 的单元测试，再用 nbval 检查笔记本
 	scratch=$$(mktemp -d -t d2lzh-test.XXXXXX) && trap 'rm -rf "$$scratch"' EXIT && \
 	TMPDIR=$$scratch D2LZH_OUTPUT_DIR=$$scratch/output OMP_WAIT_POLICY=PASSIVE \
 	D2LZH_MAX_EXAMPLES=$${D2LZH_MAX_EXAMPLES:-$(TEST_MAX_EXAMPLES)} $(PY) -m pytest \
@@ -91,17 +91,17 @@ test: data  ## unit tests of d2lzh + nbval on the notebooks
 
 # The GPU check: nbval on the PyTorch notebooks on this machine's GPUs, each on as many GPUs as
 # stored it, all the data (scripts/gpu_check.py); one that needs more GPUs is skipped.
-test-gpu: venv  ## nbval on the PyTorch notebooks (or NOTEBOOKS) on this machine's GPUs; MXNet NOTEBOOKS on the CPU, the stored run's data
+test-gpu: venv  ## 在这台机器的 GPU 上用 nbval 检查 PyTorch 版笔记本（或 NOTEBOOKS）；MXNet 版的 NOTEBOOKS 在 CPU 上检查，数据量与存储输出的那次运行相同
 	$(PY) scripts/gpu_check.py $(if $(notebooks_given),$(NOTEBOOKS),$(filter notebooks/pytorch/%,$(NOTEBOOKS)))
 
 CLOUD_PYTHON ?= $(PYTHON)
-cloud-test: data  ## open notebooks alone, as on Colab: fresh numpy-2 venv, no d2lzh, no MXNet
+cloud-test: data  ## 像在 Colab 上那样单独打开笔记本：全新的 numpy 2 venv，没有 d2lzh，没有 MXNet
 	$(PYTHON) scripts/cloud_runtime.py --python $(CLOUD_PYTHON) --build $(BUILD)/cloud
 
 # JupyterLab on working copies in build/lab/notebooks/ (scripts/lab.py), never on notebooks/,
 # with the data found or downloaded first, as for run; the kernel `python3`: .venv's,
 # registered inside .venv, first on JUPYTER_PATH.
-lab: data  ## JupyterLab on your own copies of the notebooks, made once in build/lab/notebooks/
+lab: data  ## 在你自己的笔记本副本上开 JupyterLab（副本只在第一次时复制到 build/lab/notebooks/）
 	$(PIP) install -r requirements-lab.txt
 	@# ipykernel writes the kernel spec into a temporary folder it does not remove: give it one we remove
 	tmp=$$(mktemp -d) && TMPDIR=$$tmp $(PY) -m ipykernel install --sys-prefix --name python3 \
@@ -110,19 +110,19 @@ lab: data  ## JupyterLab on your own copies of the notebooks, made once in build
 	cd $(BUILD)/lab/notebooks && JUPYTER_PATH=$(abspath $(VENV))/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH} \
 	  $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
-lab-reset:  ## start the lab's copies of NOTEBOOKS (or EDITION's) afresh, each old one kept in build/lab/previous/
+lab-reset:  ## 把 lab 里 NOTEBOOKS（或 EDITION 的笔记本）的副本换成新的，旧副本保留在 build/lab/previous/
 	$(or $(PYTHON),python3) scripts/lab.py --dest $(BUILD)/lab --reset $(NOTEBOOKS)
 
-html: $(STAMP)  ## render the stored notebooks, not run, to build/stored/<edition>/ (no PyTorch needed)
+html: $(STAMP)  ## 不运行，把存储的笔记本渲染到 build/stored/<edition>/（不需要 PyTorch）
 	$(PY) scripts/run_notebooks.py --stored --build $(BUILD) $(NOTEBOOKS)
 
 GPU_BUILD_VENV ?= .venv-cu112
-test-gpu-build:  ## mxnet-cu112 + CUDA 11 pip packages (2.2 GB) against a stub NVIDIA driver
+test-gpu-build:  ## 用一个模拟的 NVIDIA 驱动（stub）检查 mxnet-cu112 和 CUDA 11 的 pip 包（2.2 GB）
 	$(MAKE) --no-print-directory venv VENV=$(GPU_BUILD_VENV) MXNET_PACKAGE=mxnet-cu112 EDITION=mxnet
 	D2LZH_REQUIRE_GPU_BUILD=1 $(GPU_BUILD_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/test_cuda11.py
 
-clean:  ## remove build/ (or BUILD=DIR) but build/lab/, your copies of the notebooks
+clean:  ## 删除 build/（或 BUILD=DIR），但保留 build/lab/，即你的笔记本副本
 	[ ! -d $(BUILD) ] || find $(BUILD) -mindepth 1 -maxdepth 1 ! -name lab -exec rm -rf {} +
 
-distclean: clean  ## also remove the venvs
+distclean: clean  ## 另外删除各个 venv
 	rm -rf $(VENV) $(GPU_BUILD_VENV)

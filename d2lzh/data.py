@@ -44,15 +44,15 @@ SYSTEM_DIR = Path('/usr/share/datasets/fashion-mnist')
 DEFAULT_URL = 'http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/'
 
 _HOW_TO_PROVIDE = (
-    'Ways to provide the data:\n'
-    '  * on Debian/Ubuntu: `sudo apt-get install dataset-fashion-mnist` '
-    '(installs it in /usr/share/datasets/fashion-mnist; `make data` does this);\n'
-    '  * copy the four files train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, '
-    't10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz into a folder and set '
-    'D2LZH_DATA_DIR to it (or pass root=...);\n'
-    '  * connect to the internet and run again: they are downloaded into MXNet\'s cache '
-    '(set D2LZH_DATA_URL to use another mirror).')
-_USER_NAMED = ('the root argument', '$D2LZH_DATA_DIR')
+    '提供数据的办法：\n'
+    '  * 在 Debian/Ubuntu 上：`sudo apt-get install dataset-fashion-mnist`'
+    '（装到 /usr/share/datasets/fashion-mnist；`make data` 就是这样做的）；\n'
+    '  * 把 train-images-idx3-ubyte.gz、train-labels-idx1-ubyte.gz、'
+    't10k-images-idx3-ubyte.gz 和 t10k-labels-idx1-ubyte.gz 这四个文件复制到一个文件夹，'
+    '再把 D2LZH_DATA_DIR 设为这个文件夹（或者传入 root=...）；\n'
+    '  * 连上网络再运行一次：它们会被下载到 MXNet 的缓存里'
+    '（设 D2LZH_DATA_URL 可以换用别的镜像）。')
+_USER_NAMED = ('root 参数', '$D2LZH_DATA_DIR')
 
 
 class FashionMNISTNotFoundError(FileNotFoundError):
@@ -70,12 +70,12 @@ class DataDirWarning(UserWarning):
 
 def candidate_dirs(root=None):
     """The folders searched for the data, in order: list of (pathlib.Path, where from)."""
-    dirs = [] if root is None else [(Path(root).expanduser(), 'the root argument')]
+    dirs = [] if root is None else [(Path(root).expanduser(), 'root 参数')]
     if os.environ.get('D2LZH_DATA_DIR'):
         dirs.append((Path(os.environ['D2LZH_DATA_DIR']).expanduser(), '$D2LZH_DATA_DIR'))
     home = os.environ.get('MXNET_HOME') or os.path.join('~', '.mxnet')
-    dirs.append((Path(home).expanduser() / 'datasets' / 'fashion-mnist', "MXNet's cache"))
-    dirs.append((SYSTEM_DIR, "Debian's package dataset-fashion-mnist"))
+    dirs.append((Path(home).expanduser() / 'datasets' / 'fashion-mnist', 'MXNet 的缓存'))
+    dirs.append((SYSTEM_DIR, 'Debian 的软件包 dataset-fashion-mnist'))
     return dirs
 
 
@@ -99,22 +99,21 @@ def _read_verified(path, spec, gz=None, raw=None):
     if raw is None:
         with open(path, 'rb') as f:
             raw = f.read()
-    fix = ('It was not used: delete it and run again to fetch a good copy, or provide the '
-           'data another way.\n' + _HOW_TO_PROVIDE)
+    fix = ('没有使用这个文件：请删掉它，再运行一次以重新获取完好的文件，或者用别的办法'
+           '提供数据。\n' + _HOW_TO_PROVIDE)
     if gz and raw[:2] != b'\x1f\x8b':
-        raise CorruptDataError(f'{path} is not a gzip file (it does not start with the gzip '
-                               f'signature 1f 8b). {fix}')
+        raise CorruptDataError(f'{path} 不是 gzip 文件（它的开头不是 gzip 的签名 1f 8b）。'
+                               f'{fix}')
     try:
         content = gzip.decompress(raw) if gz else raw
     except (OSError, EOFError) as err:
-        raise CorruptDataError(f'{path} cannot be decompressed ({err}); it is probably '
-                               f'truncated. {fix}') from err
+        raise CorruptDataError(f'{path} 无法解压（{err}），它多半不完整（被截断了）。'
+                               f'{fix}') from err
     digest = hashlib.sha256(content).hexdigest()
     if digest != spec.sha256:
         raise CorruptDataError(
-            f'{path} does not hold the expected Fashion-MNIST file {spec.name}: the SHA-256 '
-            f'of its content is {digest}, expected {spec.sha256}. It is corrupt, truncated or '
-            f'a different file. {fix}')
+            f'{path} 不是预期的 Fashion-MNIST 文件 {spec.name}：它内容的 SHA-256 是 {digest}，'
+            f'应该是 {spec.sha256}。它已损坏、被截断，或者是别的文件。{fix}')
     return content
 
 
@@ -151,7 +150,7 @@ def _download_one(url, dest, spec, progress=True, timeout=60):
                 bar.update(len(chunk))
     raw = b''.join(chunks)
     if total is not None and len(raw) != total:
-        raise CorruptDataError(f'download of {url} stopped after {len(raw)} of {total} bytes')
+        raise CorruptDataError(f'下载 {url} 时中断：{total} 字节只收到了 {len(raw)} 字节')
     _read_verified(dest, spec, gz=True, raw=raw)
     _write_atomically(dest, raw)
 
@@ -207,11 +206,11 @@ def find_fashion_mnist(root=None, download=True, progress=True):
         if reason is None:
             return folder
         if why in _USER_NAMED:
-            rest = ', '.join(f'{d} ({w})' for d, w in searched[i + 1:])
+            rest = '、'.join(f'{d}（{w}）' for d, w in searched[i + 1:])
             then = (f'；哪里都没有数据时，下载到 {searched[0][0]}'
                     + ('' if root is not None else '（或下一个可写的位置）') if download else '')
             _warn_skipped(folder, why, reason, f'接着在这些位置找：{rest}{then}')
-    failure = 'downloading was not allowed (download=False)'
+    failure = '不允许下载（download=False）'
     if download:
         targets = [(d, why) for d, why in searched if d != SYSTEM_DIR]
         errors = []
@@ -219,33 +218,33 @@ def find_fashion_mnist(root=None, download=True, progress=True):
             try:
                 return download_fashion_mnist(target, progress=progress)
             except (OSError, http.client.HTTPException, CorruptDataError) as err:
-                errors.append(f'{target}: {err}')
+                errors.append(f'{target}：{err}')
                 if why in _USER_NAMED and i + 1 < len(targets) and root is None:
                     _warn_skipped(target, why, f'下载到这里失败（{err}）',
                                   f'改为下载到 {targets[i + 1][0]}')
-        failure = 'the download failed: ' + '; '.join(errors)
-    places = '\n'.join(f'  * {folder} ({why})' for folder, why in searched)
-    raise FashionMNISTNotFoundError('Fashion-MNIST was not found. Searched, in this order:\n'
-                                    + places + f'\nand {failure}.\n' + _HOW_TO_PROVIDE)
+        failure = '下载失败：' + '；'.join(errors)
+    places = '\n'.join(f'  * {folder}（{why}）' for folder, why in searched)
+    raise FashionMNISTNotFoundError('找不到 Fashion-MNIST。按顺序找过这些位置：\n'
+                                    + places + f'\n而且{failure}。\n' + _HOW_TO_PROVIDE)
 
 
-def read_idx(content, name='IDX data'):
+def read_idx(content, name='IDX 数据'):
     """Parse the bytes of an IDX file (the MNIST format) into a uint8 numpy array shaped as
     its header says, e.g. (60000, 28, 28) or (60000,). CorruptDataError, naming ``name``: bad
     magic number, a type other than unsigned byte, or a size that does not match the header."""
     if len(content) < 4 or content[0] != 0 or content[1] != 0:
-        raise CorruptDataError(f'{name} is not an IDX file (bad magic number)')
+        raise CorruptDataError(f'{name} 不是 IDX 文件（魔数不对）')
     type_code, ndim = content[2], content[3]
     if type_code != 0x08:
-        raise CorruptDataError(f'{name}: IDX type code 0x{type_code:02x} is not unsigned byte')
+        raise CorruptDataError(f'{name}：IDX 类型码 0x{type_code:02x} 不是无符号字节（0x08）')
     header = 4 + 4 * ndim
     if len(content) < header:
-        raise CorruptDataError(f'{name}: IDX header is truncated')
+        raise CorruptDataError(f'{name}：IDX 文件头不完整（被截断了）')
     shape = struct.unpack('>' + 'I' * ndim, content[4:header])
     expected = header + int(np.prod(shape, dtype=np.int64))
     if len(content) != expected:
-        raise CorruptDataError(f'{name}: IDX header says shape {shape} ({expected} bytes) but '
-                               f'the file has {len(content)} bytes')
+        raise CorruptDataError(f'{name}：IDX 文件头说形状是 {shape}（应有 {expected} 字节），'
+                               f'文件却有 {len(content)} 字节')
     return np.frombuffer(content, dtype=np.uint8, offset=header).reshape(shape)
 
 
@@ -329,9 +328,8 @@ def parse_max_examples(value, what='max_examples'):
             return int(text)
     elif isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0:
         return int(value)  # int or a numpy integer
-    raise ValueError(f'{what}={value!r} is not valid: use a positive whole number of examples '
-                     "(e.g. 2000) or 'all' for the full data set (60,000 training and 10,000 "
-                     'test images).')
+    raise ValueError(f'{what}={value!r} 无效：请用正整数表示样本数（例如 2000），或者用 '
+                     "'all' 表示全部数据（60,000 张训练图像和 10,000 张测试图像）。")
 
 
 def max_examples_from_env():
@@ -385,7 +383,7 @@ def main():
         folder = find_fashion_mnist()
         train_x, _, test_x, _ = load_fashion_mnist(folder, max_examples='all')
     except (FashionMNISTNotFoundError, CorruptDataError) as err:
-        print(f'error: {err}', file=sys.stderr)
+        print(f'错误：{err}', file=sys.stderr)
         return 1
     print(f'Fashion-MNIST 已通过校验，位于 {folder}：{len(train_x)} 张训练图像和 '
           f'{len(test_x)} 张测试图像')

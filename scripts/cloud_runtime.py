@@ -47,10 +47,10 @@ from d2lzh import project  # noqa: E402
 DEFAULT_NOTEBOOKS = ['notebooks/05_multiple-gpus.ipynb',
                      'notebooks/pytorch/07_modern-gpu-training.ipynb']
 
-CHECK_CELL = '''# appended by scripts/cloud_runtime.py: the runtime's numpy and torch are kept
+CHECK_CELL = '''# 由 scripts/cloud_runtime.py 追加：检查运行时原有的 numpy 和 torch 没有被换掉
 import importlib.metadata, numpy, sys
 print('numpy', numpy.__version__, '| d2lzh', importlib.metadata.version('d2lzh'),
-      '| frameworks:', [m for m in ('mxnet', 'torch') if m in sys.modules])
+      '| 已导入的框架：', [m for m in ('mxnet', 'torch') if m in sys.modules])
 assert numpy.__version__ == {numpy!r}, numpy.__version__
 assert importlib.metadata.version('torch') == {torch!r}
 '''
@@ -111,32 +111,34 @@ def main(argv=None):
 
 
 def _main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser = argparse.ArgumentParser(
+        description='模拟一个云端笔记本运行时，像新读者那样在里面打开笔记本。')
     parser.add_argument('notebooks', nargs='*', default=DEFAULT_NOTEBOOKS,
-                        help='notebooks of the project (default: %(default)s)')
-    parser.add_argument('--all', action='store_true', help='every notebook of both editions')
+                        help='本项目的笔记本（默认：%(default)s）')
+    parser.add_argument('--all', action='store_true', help='两个版本的全部笔记本')
     parser.add_argument('--python', default=sys.executable,
-                        help='interpreter of the simulated runtime (default: this one)')
-    parser.add_argument('--build', default=str(ROOT / 'build' / 'cloud'))
-    parser.add_argument('--max-examples', default='64')
-    parser.add_argument('--timeout', type=int, default=600, help='seconds per cell')
+                        help='模拟运行时用的解释器（默认：运行本脚本的这个）')
+    parser.add_argument('--build', default=str(ROOT / 'build' / 'cloud'),
+                        help='模拟运行时和执行过的笔记本所在的文件夹（默认：%(default)s）')
+    parser.add_argument('--max-examples', default='64',
+                        help='D2LZH_MAX_EXAMPLES（默认：%(default)s；all：全部数据）')
+    parser.add_argument('--timeout', type=int, default=600, help='每个单元格的秒数上限')
     parser.add_argument('--reuse-venv', action='store_true',
-                        help='keep the runtime venv of a previous run, only removing what '
-                             'the setup cell installed (d2lzh, mxnet, requests): quicker, '
-                             'for development')
+                        help='沿用上一次的运行时 venv，只删掉设置单元格装的 d2lzh、mxnet、'
+                             'requests：更快，供开发时用')
     parser.add_argument('--in-place', action='store_true',
-                        help="use --python's environment as the runtime (no venv; a real "
-                             'runtime such as the GPU machine)')
+                        help='把 --python 的环境原样当作运行时（不建 venv；用于真实的运行时，'
+                             '例如 GPU 机器）')
     parser.add_argument('--source', default=str(ROOT),
-                        help='D2LZH_SOURCE for the setup cell (default: this checkout)')
+                        help='设置单元格用的 D2LZH_SOURCE（默认：本仓库的这个目录）')
     parser.add_argument('--keep', default=None,
-                        help='folder to copy every executed notebook to')
+                        help='把每个执行过的笔记本复制到这个文件夹')
     args = parser.parse_args(argv)
     notebooks = project.notebooks('all') if args.all else args.notebooks
     unknown = [rel for rel in notebooks if project.find(rel) is None]
     if unknown:
-        parser.error(f'not a notebook of this project: {" ".join(unknown)}; '
-                     f'valid: {" ".join(project.notebooks("all"))}')
+        parser.error(f'不是本项目的笔记本：{" ".join(unknown)}；'
+                     f'可用的笔记本：{" ".join(project.notebooks("all"))}')
     notebooks = [project.find(rel).path for rel in notebooks]
 
     build = Path(args.build).resolve()
@@ -146,14 +148,14 @@ def _main(argv=None):
         py = Path(args.python)
         shutil.rmtree(build, ignore_errors=True)
         build.mkdir(parents=True)
-        print(f'runtime: {args.python} as it is (--in-place)')
+        print(f'运行时：原样使用 {args.python}（--in-place）')
     elif args.reuse_venv and py.exists():
         subprocess.run([str(py), '-m', 'pip', 'uninstall', '--quiet', '--yes', 'd2lzh', 'mxnet',
                         'mxnet-cu112', 'requests'], capture_output=True, timeout=300)
         for path in build.iterdir():
             if path != venv:
                 shutil.rmtree(path)
-        print('simulated runtime: reused (d2lzh, mxnet, requests removed)')
+        print('模拟运行时：沿用上一次的（已删掉 d2lzh、mxnet、requests）')
     else:
         shutil.rmtree(build, ignore_errors=True)
         build.mkdir(parents=True)
@@ -161,9 +163,9 @@ def _main(argv=None):
         out, t2 = run([str(py), '-m', 'pip', 'install', '--quiet', '--disable-pip-version-check',
                        '-r', str(ROOT / 'requirements-cloud.txt')], timeout=1200)
         if out.returncode != 0:
-            print('error: could not build the simulated runtime (pip failed above)')
+            print('错误：无法建立模拟运行时（pip 失败，见上面的输出）')
             return 1
-        print(f'simulated runtime: venv {t:.0f} s, preinstalled packages {t2:.0f} s')
+        print(f'模拟运行时：建 venv 用了 {t:.0f} 秒，装预装的软件包用了 {t2:.0f} 秒')
     versions = json.loads(subprocess.run(
         [str(py), '-c', 'import json, numpy, importlib.metadata as m, importlib.util as u; '
          'print(json.dumps([numpy.__version__, m.version("torch"), u.find_spec("d2lzh") is None, '
@@ -171,11 +173,11 @@ def _main(argv=None):
         capture_output=True, text=True, check=True, cwd=build).stdout)
     numpy_version, torch_version, no_d2lzh, no_mxnet = versions
     if not (numpy_version.startswith('2.') and no_d2lzh and no_mxnet):
-        print(f'error: not a fresh numpy-2 runtime: numpy {numpy_version}, d2lzh '
-              f'{"absent" if no_d2lzh else "installed"}, mxnet '
-              f'{"absent" if no_mxnet else "installed"}; uninstall d2lzh and mxnet first')
+        print(f'错误：这不是全新的 numpy 2 运行时：numpy {numpy_version}，d2lzh '
+              f'{"没有装" if no_d2lzh else "已安装"}，mxnet '
+              f'{"没有装" if no_mxnet else "已安装"}；请先卸载 d2lzh 和 mxnet')
         return 1
-    print(f'  numpy {numpy_version}, torch {torch_version}, no d2lzh, no mxnet')
+    print(f'  numpy {numpy_version}，torch {torch_version}，没有 d2lzh，没有 mxnet')
 
     # In place, PYTHONPATH may be how the runtime finds its own packages (the GPU machine's
     # kernel wheels); it must not lead to a d2lzh (checked above: none is importable).
@@ -219,16 +221,16 @@ def _main(argv=None):
         setup_out = ''.join(_text(o) for o in executed['cells'][
             next(i for i, c in enumerate(executed['cells']) if c['cell_type'] == 'code')
         ].get('outputs', []))
-        print(f'{rel}: {"ok" if out.returncode == 0 else "FAILED"} in {t:.0f} s '
-              f'(alone in an empty folder)')
+        print(f'{rel}：{"通过" if out.returncode == 0 else "失败"}，用时 {t:.0f} 秒'
+              f'（单独放在一个空文件夹里）')
         for line in setup_out.splitlines():
-            print(f'  setup cell: {line}')
+            print(f'  设置单元格：{line}')
         later = [_text(o) for c in executed['cells'][1:] for o in c.get('outputs', [])
-                 if o.get('name') == 'stdout' and 'd2lzh:' in _text(o)]
+                 if o.get('name') == 'stdout' and 'd2lzh：' in _text(o)]
         for text in later:
             for line in text.splitlines():
-                if line.startswith('d2lzh:'):
-                    print(f'  on first import: {line}')
+                if line.startswith('d2lzh：'):   # what d2lzh.setup.install prints
+                    print(f'  第一次导入时：{line}')
         check = ''.join(_text(o) for o in executed['cells'][-1].get('outputs', []))
         print(f'  {check.strip()}')
         if out.returncode != 0:
@@ -240,7 +242,7 @@ def _main(argv=None):
             shutil.copy(copy, kept / src.name)
     _uninstall(py, installed_by_setup)
     if failed:
-        print('FAILED in the simulated cloud runtime:', ', '.join(failed))
+        print('在模拟的云端运行时中失败：', '、'.join(failed))
         return 1
     return 0
 

@@ -189,13 +189,13 @@ def test_fake_gpu_build_without_driver_says_why(fake_gpu_build):
     assert out.returncode == 0, out.stderr
     kind, message = out.stdout.split('\n', 1)
     assert kind == 'CudaSetupError'
-    assert 'NVIDIA driver (libcuda.so.1)' in message
-    assert 'switch the runtime to a GPU' in message and 'mxnet==1.9.1' in message
+    assert 'NVIDIA 驱动（libcuda.so.1）' in message
+    assert '把运行时换成带 GPU 的' in message and 'mxnet==1.9.1' in message
     # Through d2lzh's own API, too.
     out = _run('import d2lzh as d2l\nd2l.try_gpu()', driver=None, pythonpath=[site],
                cuda11_dir=pip_dir)
     assert out.returncode != 0
-    assert 'CudaSetupError' in out.stderr and 'NVIDIA driver' in out.stderr
+    assert 'CudaSetupError' in out.stderr and 'NVIDIA 驱动' in out.stderr
     assert 'OSError' not in out.stderr
 
 
@@ -219,7 +219,7 @@ def test_fake_gpu_build_missing_library_names_it_and_the_fix_then_retry_works(
     assert out.returncode == 0, out.stderr
     first, second = out.stdout.strip().splitlines()
     assert first.startswith('CudaSetupError')
-    assert 'libcudart.so.11.0' in first and f'neither in {empty}' in first
+    assert 'libcudart.so.11.0' in first and f'既不在 {empty}' in first
     assert '-m d2lzh.setup.install cuda11' in first
     assert all(name in first for _, name in cuda11.LIBRARIES), 'every missing library is named'
     assert second == 'imported 0.0-fake-gpu-build'
@@ -339,5 +339,5 @@ def test_mxnet_cu112_without_driver_gives_the_cause_and_the_fix():
         assert out.returncode != 0
         last = out.stderr.strip().splitlines()[-1]
         assert last.startswith(
-            'd2lzh.setup.cuda11.CudaSetupError: mxnet-cu112 1.9.1 is a GPU build')
-        assert 'NVIDIA driver (libcuda.so.1)' in last and 'OSError' not in out.stderr
+            'd2lzh.setup.cuda11.CudaSetupError: mxnet-cu112 1.9.1 是 MXNet 的 GPU 版')
+        assert 'NVIDIA 驱动（libcuda.so.1）' in last and 'OSError' not in out.stderr

@@ -25,10 +25,10 @@ def test_read_idx_round_trip():
 
 
 @pytest.mark.parametrize('content, message', [
-    (b'\x01\x00\x08\x01\x00\x00\x00\x01\x05', 'bad magic'),
-    (b'\x00\x00\x0d\x01\x00\x00\x00\x01\x05', 'type code'),
-    (b'\x00\x00\x08\x03\x00\x00', 'header is truncated'),
-    (idx_bytes(np.zeros((4, 2), np.uint8))[:-1], 'has 19 bytes'),
+    (b'\x01\x00\x08\x01\x00\x00\x00\x01\x05', '魔数不对'),
+    (b'\x00\x00\x0d\x01\x00\x00\x00\x01\x05', '类型码 0x0d'),
+    (b'\x00\x00\x08\x03\x00\x00', '文件头不完整'),
+    (idx_bytes(np.zeros((4, 2), np.uint8))[:-1], '文件却有 19 字节'),
 ])
 def test_read_idx_rejects_malformed(content, message):
     with pytest.raises(data.CorruptDataError, match=message):
@@ -46,13 +46,13 @@ def test_parse_max_examples_accepts(value, expected):
 
 @pytest.mark.parametrize('value', [0, -3, 2.5, '1e3', 'ten', True, '0', '-5', [3]])
 def test_parse_max_examples_rejects(value):
-    with pytest.raises(ValueError, match="positive whole number.*'all'"):
+    with pytest.raises(ValueError, match="正整数.*'all'"):
         data.parse_max_examples(value)
 
 
 def test_invalid_env_max_examples_names_the_variable(isolated, tiny_dataset, monkeypatch):
     monkeypatch.setenv('D2LZH_MAX_EXAMPLES', 'lots')
-    with pytest.raises(ValueError, match="D2LZH_MAX_EXAMPLES='lots' is not valid"):
+    with pytest.raises(ValueError, match="D2LZH_MAX_EXAMPLES='lots' 无效"):
         data.load_fashion_mnist(tiny_dataset[0])
 
 
@@ -120,7 +120,7 @@ def test_no_data_no_network_lists_every_place(isolated, tmp_path, monkeypatch):
     for place in (tmp_path / 'given-root', tmp_path / 'from-env', isolated['cache'],
                   isolated['system']):
         assert str(place) in message
-    assert 'download failed' in message
+    assert '下载失败' in message
     assert 'apt-get install dataset-fashion-mnist' in message
     assert 'D2LZH_DATA_DIR' in message
     assert not any((tmp_path / 'given-root').glob('*'))  # no partial file left
@@ -197,10 +197,10 @@ def test_truncated_gz_is_rejected_and_named(isolated, tiny_dataset):
 def test_a_file_that_is_not_gzip_is_called_so(isolated, tiny_dataset):
     folder = tiny_dataset[0]
     (folder / 'train-labels-idx1-ubyte.gz').write_bytes(b'<html>not found</html>')
-    with pytest.raises(data.CorruptDataError, match='train-labels-idx1-ubyte.gz is not a gzip '
-                       'file') as err:
+    with pytest.raises(data.CorruptDataError, match='train-labels-idx1-ubyte.gz 不是 gzip '
+                       '文件') as err:
         data.load_fashion_mnist(folder)
-    assert 'truncated' not in str(err.value)
+    assert '截断' not in str(err.value)
 
 
 def test_wrong_file_is_rejected_by_checksum(isolated, tiny_dataset):
@@ -272,7 +272,7 @@ def test_interrupted_download_leaves_no_partial_file(isolated, tiny_dataset, mon
     server = _Server(tiny_dataset[0], truncate={'t10k-images-idx3-ubyte.gz'})
     monkeypatch.setenv('D2LZH_DATA_URL', server.url)
     try:
-        with pytest.raises(data.FashionMNISTNotFoundError, match='download failed'):
+        with pytest.raises(data.FashionMNISTNotFoundError, match='下载失败'):
             data.load_fashion_mnist(progress=False)
     finally:
         server.close()

@@ -124,7 +124,7 @@ def test_override_and_its_check(monkeypatch):
     plan = install.choose_mxnet([])
     assert plan.package == 'mxnet-cu112==1.9.1' and plan.cuda11
     monkeypatch.setenv('D2LZH_MXNET_PACKAGE', 'mxnet-cu999')
-    with pytest.raises(install.SetupError, match="'mxnet-cu999' is not valid"):
+    with pytest.raises(install.SetupError, match="'mxnet-cu999' 无效"):
         install.choose_mxnet([])
 
 
@@ -141,8 +141,8 @@ def test_pip_failure_is_one_line_with_the_fix(monkeypatch):
     with pytest.raises(install.SetupError) as err:
         install.run_pip(['install', '--no-deps', 'mxnet-cu112==1.9.1'], 'mxnet-cu112==1.9.1')
     first, fix = str(err.value).split('\n')
-    assert first.startswith('pip could not install mxnet-cu112==1.9.1: ERROR:')
-    assert 'mxnet-cu112' in first and 'run the cell or the command again' in fix
+    assert first.startswith('pip 不能安装 mxnet-cu112==1.9.1：ERROR:')
+    assert 'mxnet-cu112' in first and '再运行这个单元格或命令' in fix
     assert d2lzh.setup.installed_mxnet() == ('mxnet', '1.9.1')   # nothing changed
 
 
@@ -188,7 +188,7 @@ def test_wrong_build_already_imported_asks_for_a_restart(tmp_path, monkeypatch):
     (tmp_path / '.d2lzh-packages').write_text('\n'.join(cuda11.PACKAGES) + '\n')
     monkeypatch.setitem(sys.modules, 'mxnet', object())
     monkeypatch.setattr(install, 'run_pip', lambda *a, **k: pytest.fail('pip was called'))
-    with pytest.raises(install.SetupError, match='restart the kernel'):
+    with pytest.raises(install.SetupError, match='请重启内核'):
         install.ensure_mxnet()
 
 
@@ -198,7 +198,7 @@ def test_torch_new_enough_is_kept_old_one_is_replaced(monkeypatch):
     assert install.ensure_torch() == '2.13.0+cpu'
     monkeypatch.setattr(install, '_version', lambda name: '2.3.1')
     monkeypatch.setitem(sys.modules, 'torch', object())
-    with pytest.raises(install.SetupError, match='torch 2.3.1 is already imported'):
+    with pytest.raises(install.SetupError, match='已经导入了 torch 2.3.1'):
         install.ensure_torch()
 
 
@@ -306,7 +306,7 @@ def test_command_line_prints_the_plan(tmp_path, monkeypatch, capsys):
     assert str(tmp_path / 'cuda11') in out
     monkeypatch.setenv('D2LZH_MXNET_PACKAGE', 'mxnet-cu999')
     assert install.main(['plan']) == 1
-    assert "'mxnet-cu999' is not valid" in capsys.readouterr().err
+    assert "'mxnet-cu999' 无效" in capsys.readouterr().err
 
 
 def test_no_driver_keeps_the_cpu_build_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
@@ -339,7 +339,7 @@ def test_makefile_command_from_the_checkout_root(tmp_path):
     out = run('cuda11')
     assert (out.returncode, out.stdout) == (0, f'{tmp_path}\n'), out.stderr
     out = run('nonsense')
-    assert out.returncode == 2 and out.stderr.startswith('usage: python -m d2lzh.setup.install')
+    assert out.returncode == 2 and out.stderr.startswith('用法：python -m d2lzh.setup.install')
 
 
 def test_other_build_is_uninstalled_and_the_wanted_one_installed_without_deps(

@@ -64,7 +64,7 @@ def test_package_gives_the_book_api_and_imports_mxnet_only_when_used():
             "assert 'mxnet' in sys.modules\n")
     subprocess.run([sys.executable, '-c', code], check=True, timeout=300)
     assert set(d2lzh.mxnet.__all__) <= set(dir(d2lzh.mxnet))
-    with pytest.raises(AttributeError, match="'d2lzh.mxnet' has no attribute 'train'"):
+    with pytest.raises(AttributeError, match="'d2lzh.mxnet' 没有属性 'train'"):
         d2lzh.mxnet.train
 
 

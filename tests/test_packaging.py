@@ -110,7 +110,7 @@ def test_restore_numpy_names_fills_what_numpy_2_removed():
     assert fake.in1d([[1, 2], [3, 4]], [2, 3]).tolist() == [False, True, True, False]
     assert fake.msort(numpy.array([[3, 1], [1, 2]])).tolist() == [[1, 1], [3, 2]]
     assert fake.trapz([1, 2, 3]) == 4.0
-    with pytest.raises(NotImplementedError, match='numpy.npv was removed.*numpy_financial'):
+    with pytest.raises(NotImplementedError, match='numpy.npv 已从 numpy 中删去.*numpy_financial'):
         fake.npv(0.1, [1, 2])
     assert restore_numpy_names(fake) == []   # idempotent
 
@@ -127,7 +127,7 @@ def test_restore_numpy_names_changes_nothing_numpy_has():
 
 def test_unknown_attribute():
     import d2lzh
-    with pytest.raises(AttributeError, match='no attribute'):
+    with pytest.raises(AttributeError, match="'d2lzh' 没有属性 'no_such_thing'"):
         d2lzh.no_such_thing  # noqa: B018
 
 

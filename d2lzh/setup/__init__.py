@@ -91,7 +91,7 @@ def lazy_names(module, names):
     namespace imports no framework. Other names raise AttributeError."""
     def __getattr__(name):
         if name not in names:
-            raise AttributeError(f'module {module!r} has no attribute {name!r}')
+            raise AttributeError(f'模块 {module!r} 没有属性 {name!r}')
         return getattr(importlib.import_module(names[name]), name)
 
     def __dir__():

@@ -63,11 +63,10 @@ def preload():
         handles = {DRIVER: ctypes.CDLL(DRIVER, mode=ctypes.RTLD_GLOBAL)}
     except OSError as err:
         raise CudaSetupError(
-            f'{build} is a GPU build of MXNet: it needs the NVIDIA driver ({DRIVER}), which this '
-            f'machine does not have ({err}). On Colab, Kaggle or Studio Lab, switch the runtime '
-            'to a GPU; on a server with an NVIDIA GPU, install the NVIDIA driver; on a machine '
-            'without one, use the CPU build: `pip uninstall -y mxnet-cu112 && pip install '
-            '--no-deps mxnet==1.9.1` (or `make venv`).') from None
+            f'{build} 是 MXNet 的 GPU 版：它需要 NVIDIA 驱动（{DRIVER}），这台机器却没有（{err}）。'
+            '在 Colab、Kaggle 或 Studio Lab 上，请把运行时换成带 GPU 的；在有 NVIDIA GPU 的服务器'
+            '上，请安装 NVIDIA 驱动；在没有 NVIDIA GPU 的机器上，请改用 CPU 版：`pip uninstall -y '
+            'mxnet-cu112 && pip install --no-deps mxnet==1.9.1`（或 `make venv`）。') from None
     missing, from_pip = [], False
     for folder, name in LIBRARIES:
         path = target_dir() / 'nvidia' / folder / 'lib' / name
@@ -76,14 +75,13 @@ def preload():
                                         mode=ctypes.RTLD_GLOBAL)
             from_pip = from_pip or path.is_file()
         except OSError as err:
-            missing.append(f'{name} ({err})' if path.is_file() else name)
+            missing.append(f'{name}（{err}）' if path.is_file() else name)
     if missing:
         raise CudaSetupError(
-            f'{build} is a GPU build of MXNet and needs the CUDA 11 libraries, '
-            f'but {", ".join(missing)} could not be loaded: neither in {target_dir()} '
-            f'(NVIDIA\'s pip packages) nor on the system. Install them there: '
-            f'`{sys.executable} -m d2lzh.setup.install cuda11` (about 1.6 GB; '
-            '`make venv MXNET_PACKAGE=mxnet-cu112` does it for .venv).')
+            f'{build} 是 MXNet 的 GPU 版，需要 CUDA 11 的库，但无法加载 {", ".join(missing)}：'
+            f'它们既不在 {target_dir()}（NVIDIA 的 pip 包）中，也不在系统里。请把它们装到那里：'
+            f'`{sys.executable} -m d2lzh.setup.install cuda11`（约 1.6 GB；'
+            '`make venv MXNET_PACKAGE=mxnet-cu112` 会为 .venv 装好）。')
     if from_pip:
         os.environ.setdefault('MXNET_CUDNN_LIB_CHECKING', '0')
         os.environ.setdefault('MXNET_CUDA_LIB_CHECKING', '0')

@@ -34,9 +34,9 @@ def query_gpus(timeout=30):
             # drivers older than 510 do not know compute_cap: ask for the names alone
             return [GPU(n.strip(), None) for n in ask('name').stdout.splitlines() if n.strip()]
     except (OSError, subprocess.TimeoutExpired) as err:
-        raise GPUQueryError(f'nvidia-smi did not answer: {err}') from None
+        raise GPUQueryError(f'nvidia-smi 没有应答：{err}') from None
     if out.returncode != 0:
-        raise GPUQueryError(lines[0] if lines else f'nvidia-smi exited with {out.returncode}')
+        raise GPUQueryError(lines[0] if lines else f'nvidia-smi 的退出码是 {out.returncode}')
     gpus = []
     for line in filter(str.strip, out.stdout.splitlines()):
         name, _, cap = line.rpartition(',')

@@ -43,8 +43,8 @@ def choose_mxnet(gpus=None, notebook=None):
     forced = os.environ.get('D2LZH_MXNET_PACKAGE', '').strip()
     if forced:
         if forced not in ('mxnet', 'mxnet-cu112'):
-            raise SetupError(f'D2LZH_MXNET_PACKAGE={forced!r} is not valid: use mxnet or '
-                             'mxnet-cu112 (or unset it to let d2lzh choose).')
+            raise SetupError(f'D2LZH_MXNET_PACKAGE={forced!r} 无效：请用 mxnet 或 '
+                             'mxnet-cu112（或者不设它，让 d2lzh 自己选）。')
         return Plan(cpu if forced == 'mxnet' else cu112, forced == 'mxnet-cu112',
                     f'D2LZH_MXNET_PACKAGE={forced} 指定了它', None)
     try:
@@ -96,10 +96,10 @@ def run_pip(args, what, why=None):
         lines = [line.strip() for line in (result.stderr or '').splitlines() if line.strip()]
         reason = ([line for line in lines if line.startswith('ERROR')]
                   or [line for line in lines if line.startswith('error')]
-                  or lines or [f'pip exited with {result.returncode}'])[0][:300]
-        raise SetupError(f'pip could not install {what}: {reason}\nCheck that this runtime can '
-                         'reach the package index (Kaggle: Settings > Internet on; behind a proxy '
-                         'set HTTPS_PROXY), then run the cell or the command again.')
+                  or lines or [f'pip 的退出码是 {result.returncode}'])[0][:300]
+        raise SetupError(f'pip 不能安装 {what}：{reason}\n请确认这个运行时能访问软件包索引'
+                         '（Kaggle：打开 Settings > Internet；在代理后面请设 HTTPS_PROXY），'
+                         '再运行这个单元格或命令。')
     importlib.invalidate_caches()
     if why is not None:
         print(f'd2lzh：{what} 装好了，用时 {time.perf_counter() - start:.0f} 秒')
@@ -152,9 +152,8 @@ def ensure_mxnet(notebook=None, verbose=False):
         if verbose:
             print(f'd2lzh：{plan.package} 已经装好（{plan.reason}）')
     elif 'mxnet' in sys.modules:
-        raise SetupError(f'MXNet ({" ".join(have or ())}) is already imported in this kernel '
-                         f'but this machine needs {wanted}: restart the kernel and run the '
-                         'notebook again.')
+        raise SetupError(f'这个内核已经导入了 MXNet（{" ".join(have or ())}），但这台机器需要 '
+                         f'{wanted}：请重启内核，再运行本笔记本。')
     else:
         if have is not None and have[0] != wanted:
             print(f'd2lzh：卸载另一个 MXNet 版本 {" ".join(have)}', flush=True)
@@ -177,8 +176,8 @@ def ensure_torch():
     if have and tuple(int(x) for x in re.findall(r'\d+', have)[:2]) >= MIN_TORCH:
         return have
     if have and 'torch' in sys.modules:
-        raise SetupError(f'torch {have} is already imported in this kernel; the PyTorch '
-                         f'notebooks need torch >= 2.4: restart the kernel and run again.')
+        raise SetupError(f'这个内核已经导入了 torch {have}，而 PyTorch 版的笔记本需要 '
+                         'torch >= 2.4：请重启内核，再运行本笔记本。')
     try:
         gpu = bool(query_gpus())
     except GPUQueryError:
@@ -194,8 +193,8 @@ def main(argv=None):
     """The command line (module docstring): exit status 0, 1 (the reason printed) or 2 (usage)."""
     what = (sys.argv[1:] if argv is None else list(argv)) or ['plan']
     if what not in (['plan'], ['mxnet'], ['torch'], ['cuda11']):
-        print('usage: python -m d2lzh.setup.install [plan|mxnet|torch|cuda11]: the MXNet build '
-              'this machine gets and why, or install it, PyTorch or CUDA 11', file=sys.stderr)
+        print('用法：python -m d2lzh.setup.install [plan|mxnet|torch|cuda11]：说明这台机器该装'
+              '哪个 MXNet 版本及原因，或者安装它、PyTorch 或 CUDA 11 的库', file=sys.stderr)
         return 2
     try:
         if what == ['plan']:
@@ -210,7 +209,7 @@ def main(argv=None):
         else:
             print(install_cuda11())
     except SetupError as err:
-        print(f'error: {err}', file=sys.stderr)
+        print(f'错误：{err}', file=sys.stderr)
         return 1
     return 0
 

@@ -12,8 +12,8 @@ import warnings
 def _removed(name):
     """A stand-in for ``numpy.<name>``, a financial function numpy dropped without successor."""
     def stub(*args, **kwargs):
-        raise NotImplementedError(f'numpy.{name} was removed from numpy; MXNet only re-exports '
-                                  f'it. Use numpy_financial.{name} (pip install numpy-financial).')
+        raise NotImplementedError(f'numpy.{name} 已从 numpy 中删去（MXNet 只是转手导出它）：'
+                                  f'请改用 numpy_financial.{name}（pip install numpy-financial）。')
     stub.__name__ = stub.__qualname__ = name
     return stub
 
@@ -61,6 +61,6 @@ def prepare():
             importlib.import_module('setuptools')  # installs the distutils shim
             importlib.import_module('distutils.version')
         except ImportError as err:
-            raise ImportError(f'Python {sys.version_info.major}.{sys.version_info.minor} has no '
-                              'distutils and setuptools is missing, but MXNet 1.9.1 imports '
-                              'distutils. Install it: `pip install setuptools`.') from err
+            raise ImportError(f'Python {sys.version_info.major}.{sys.version_info.minor} 没有 '
+                              'distutils，也没有装 setuptools，而 MXNet 1.9.1 要导入 distutils。'
+                              '请安装 setuptools：`pip install setuptools`。') from err
