@@ -14,16 +14,16 @@ Writes ``<out>/<device>-x<GPUs>-<date>-ddp-options.json``.
 import argparse
 import datetime
 import json
-import os
-import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / 'bench'))
 
 import torch  # noqa: E402
 
+from bench_torch import write_result  # noqa: E402
 from d2lzh import torch as d2l  # noqa: E402
 
 RECIPE = {'momentum': 0.9, 'weight_decay': 5e-4, 'lr_schedule': 'cosine'}
@@ -60,20 +60,9 @@ def main():
                 run['error'] = str(err)
             result['runs'].append(run)
             print(json.dumps(run), flush=True)
-            save(result, args.out)  # after every run: a cut-off run keeps what it measured
-    print('written to', save(result, args.out))
-
-
-def save(result, out):
-    """Write ``result`` to ``out`` (and to ``$OUT`` if set); return the file name."""
-    out.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r'[^A-Za-z0-9]+', '-', result['device']).strip('-')
-    name = f"{slug}-x{result['num_gpus']}-{result['date'][:10]}-ddp-options.json"
-    text = json.dumps(result, indent=2) + '\n'
-    (out / name).write_text(text)
-    if os.environ.get('OUT'):
-        Path(os.environ['OUT'], name).write_text(text)
-    return name
+            # after every run: a cut-off run keeps what it measured
+            path = write_result(result, args.out, n_gpu, '-ddp-options')
+    print('written to', path.name)
 
 
 if __name__ == '__main__':

@@ -57,11 +57,13 @@ DP_EXAMPLES = 15360
 
 def write_result(result, out_dir, n_gpu, suffix=''):
     """Write ``result`` (a dict with 'device' and an ISO 'date') as indented JSON to
-    ``out_dir/<device>-x<n_gpu>-<day><suffix>.json``; returns that path."""
+    ``out_dir/<device>-x<n_gpu>-<day><suffix>.json`` and, with ``$OUT`` set, a copy there
+    (the device machine's way back); returns the first path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r'[^A-Za-z0-9]+', '-', result['device']).strip('-')
     path = out_dir / f"{slug}-x{n_gpu}-{result['date'][:10]}{suffix}.json"
-    path.write_text(json.dumps(result, indent=2) + '\n')
+    for folder in [out_dir, *filter(None, [os.environ.get('OUT')])]:
+        (Path(folder) / path.name).write_text(json.dumps(result, indent=2) + '\n')
     return path
 
 
@@ -274,8 +276,6 @@ def time_to_accuracy(argv):
         print(f"{name:28s} {reach:>18s} {entry['final_acc']['mean']:9.4f} "
               f"{entry['images_per_s']['mean']:9.0f}  {items}", flush=True)
     path = write_result(result, args.out, 1, '-time-to-accuracy')
-    if os.environ.get('OUT'):
-        Path(os.environ['OUT'], path.name).write_text(path.read_text())
     print(f'written to {path.name}', flush=True)
 
 
@@ -381,8 +381,6 @@ def main():
     path = write_result(result, args.out, n_gpu)
     print(f"\nspeed-up of the fastest single-GPU step over the book-style loop: "
           f"{result['speedup_vs_book']:.2f}x; written to {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    if os.environ.get('OUT'):
-        Path(os.environ['OUT'], path.name).write_text(path.read_text())
 
 
 if __name__ == '__main__':

@@ -166,13 +166,10 @@ def measure_allreduce(world_size, sizes, repeats=5, backend=None):
 
 
 def main(argv=None):
-    """``python -m d2lzh.torch.launch --nproc-per-node N [flags]``: the job of ``torchrun
-    --standalone --nproc-per-node=N -m d2lzh.torch.ddp [flags]`` (``--help``), started sooner
-    (beyond the book). torchrun's agent runs in this process (``elastic_launch``) and forks
-    the N workers, which inherit its imported torch and the data loaded once here instead of
-    each starting Python, importing torch and reading the data again; CUDA is first touched
-    in the workers (GPUs counted through NVML), as a forked process needs. Prints rank 0's
-    summary; exit code 1 with the failing rank's traceback when a worker fails."""
+    """The command line of this module (its docstring): torchrun's agent runs here and forks
+    the N workers, which inherit the imported torch and the data read once here; CUDA is first
+    touched in the workers (GPUs counted through NVML), as a forked process needs. Prints rank
+    0's summary; exit code 1 with the failing rank's traceback when a worker fails."""
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument('--nproc-per-node', type=int, default=1, help='processes: one per GPU '
                        'with NCCL (default: 1)')
