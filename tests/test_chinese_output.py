@@ -102,16 +102,7 @@ def test_no_english_sentences_in_our_comments_and_output(path):
     assert not found, '\n'.join(f'code cell {n}: {line[:120]}' for n, line in found)
 
 
-#: PyTorch notebooks whose helpers still have English docstrings.
-LATER = ('05_', '06_', '07_', '08_')
-DOCSTRING_PARAMS = [
-    pytest.param(path, id=name, marks=pytest.mark.xfail(
-        strict=True, reason='their docstrings are converted to Chinese in a later change'))
-    if path.parent.name == 'pytorch' and path.name.startswith(LATER) else
-    pytest.param(path, id=name) for path, name in zip(NOTEBOOKS, IDS)]
-
-
-@pytest.mark.parametrize('path', DOCSTRING_PARAMS)
+@pytest.mark.parametrize('path', NOTEBOOKS, ids=IDS)
 def test_no_english_docstrings_in_our_definitions(path):
     found = english_docstrings(json.loads(path.read_text(encoding='utf-8')))
     assert not found, '\n'.join(f'code cell {n}: {name}' for n, name in found)
