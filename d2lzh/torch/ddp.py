@@ -145,11 +145,12 @@ def _after_a_peer(err):
 @record  # torchrun's error file: the failing rank's exception and traceback, for the launcher
 def _train(recipe, job):
     """:func:`ddp_worker` up to its exit: trains, returns rank 0's result; raises what failed."""
-    rank, _, world_size = torchrun_env()
+    rank, local_rank, world_size = torchrun_env()
     _jobs.watch(job.timeout, f'DDP 工作进程 rank {rank}')
     backend = choose_backend(job.backend, int(os.environ.get('LOCAL_WORLD_SIZE', 1)))
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device|Grad strides do not')
-    if recipe.cuda_graph and backend == 'nccl':  # NCCL calls inside a CUDA graph need this off
+    graphed = backend == 'nccl' and recipe.plan(torch.device('cuda', local_rank))[2]
+    if graphed:  # NCCL calls inside a CUDA graph need its async error handling off
         os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'] = '0'
     marks = {'imported': _IMPORTED}  # time.time() of each stage, in rank 0's result
     rank, world_size, device = init_process_group(backend, job.timeout)
@@ -171,7 +172,7 @@ def _train(recipe, job):
         # A DDP step recorded in a CUDA graph, as PyTorch's CUDA-graph notes ask: NCCL >= 2.9.6,
         # its async error handling off (above), DDP built on the side stream that records,
         # at least 11 eager steps before the capture (TrainStep), and a static graph.
-        stream = capture_stream(device) if recipe.cuda_graph and device.type == 'cuda' else None
+        stream = capture_stream(device) if graphed else None
         with torch.cuda.stream(stream):
             model = DistributedDataParallel(
                 net, device_ids=[device.index] if device.type == 'cuda' else None,

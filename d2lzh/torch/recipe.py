@@ -92,6 +92,18 @@ class Recipe:
         """``torch.channels_last`` or ``torch.contiguous_format``, as ``channels_last`` says."""
         return torch.channels_last if self.channels_last else torch.contiguous_format
 
+    def plan(self, device, graph_devices=('cuda',)):
+        """(amp, fused_sgd, cuda_graph) of this recipe's step on ``device``, decided once for
+        TrainStep and the DDP worker. amp: None (fp32, e.g. on the CPU), 'bf16' or 'fp16'
+        ('auto': bf16 from compute capability 8.0, else fp16: no fused SGD, no CUDA graph)."""
+        device = torch.device(device)
+        amp = self.amp if device.type == 'cuda' else 'off'
+        if amp == 'auto':
+            amp = 'bf16' if torch.cuda.get_device_capability(device)[0] >= 8 else 'fp16'
+        fp16 = amp == 'fp16'
+        return (None if amp == 'off' else amp, self.fused_sgd and not fp16,
+                self.cuda_graph and not fp16 and device.type in graph_devices)
+
 
 #: Measured fastest from a cold start to 0.92 on one H100 (ResNet-18, data on the GPU,
 #: ``cudnn.benchmark`` off); each choice on its own in bench/results/*-time-to-accuracy.json.
@@ -164,30 +176,24 @@ def capture_stream(device):
 
 class TrainStep:
     """A recipe's training step of ``net`` (or a DDP of it) on ``device``, eager or replayed
-    from a CUDA graph (on ``graph_devices``). ``amp``: None (fp32; always on the CPU), 'bf16'
-    or 'fp16' (amp='auto' below compute capability 8.0, e.g. a T4: with a GradScaler, neither
-    fused nor recorded, which a RuntimeWarning says)."""
+    from a CUDA graph (on ``graph_devices``), as :meth:`Recipe.plan` decides: ``amp``,
+    ``fused_sgd``, ``cuda_graph`` (fp16 is neither fused nor recorded: a RuntimeWarning)."""
     graph_devices = ('cuda',)
 
     def __init__(self, net, recipe, device):
         self.device, self.rate, self.captures = torch.device(device), recipe.lr, 0
-        amp = recipe.amp if self.device.type == 'cuda' else 'off'
-        if amp == 'auto':
-            amp = 'bf16' if torch.cuda.get_device_capability(self.device)[0] >= 8 else 'fp16'
-        self.amp, fp16 = None if amp == 'off' else amp, amp == 'fp16'
-        if fp16 and (recipe.fused_sgd or recipe.cuda_graph):
+        self.amp, self.fused_sgd, self.cuda_graph = recipe.plan(self.device, self.graph_devices)
+        if self.amp == 'fp16' and (recipe.fused_sgd or recipe.cuda_graph):
             warnings.warn(f'amp={recipe.amp!r} 在 {self.device} 上是带 GradScaler 的 fp16：这样的'
                           '一步在这里既不用融合 SGD，也不录成 CUDA 图；改用 torch.optim.SGD，'
                           '不录图地训练', RuntimeWarning, stacklevel=3)
-        self.fused_sgd = recipe.fused_sgd and not fp16
-        self.cuda_graph = recipe.cuda_graph and not fp16 and self.device.type in self.graph_devices
         self.capture_after = recipe.capture_after or \
             (11 if isinstance(net, DistributedDataParallel) else 3)
         sgd = {'momentum': recipe.momentum, 'weight_decay': recipe.weight_decay,
                'nesterov': recipe.nesterov}
         self.optimizer = (FusedSGD if self.fused_sgd else torch.optim.SGD)(
             net.parameters(), self.rate, **sgd)
-        self.scaler = torch.amp.GradScaler('cuda', enabled=fp16)  # disabled: passes through
+        self.scaler = torch.amp.GradScaler('cuda', enabled=self.amp == 'fp16')  # off: passes through
         self.model = torch.compile(net) if recipe.compile else net
         self.loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
         self.graph = self.static = self.loss = None
