@@ -6,11 +6,8 @@ import warnings
 
 
 def check_positive_int(name, value, allow_none=False):
-    """Raise ValueError unless ``value`` is a positive int (or None when ``allow_none``).
-
-    Used for ``batch_size``, ``resize``, device and process counts in both editions;
-    ``True`` and floats such as ``2.0`` are refused. The message names ``name``.
-    """
+    """Raise ValueError naming ``name`` unless ``value`` is a positive int (None too with
+    ``allow_none``), ``True`` and ``2.0`` not: batch sizes, ``resize``, device counts."""
     if value is None and allow_none:
         return
     if not whole(value, 1):

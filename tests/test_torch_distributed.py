@@ -341,7 +341,7 @@ def test_forking_launcher_trains_and_names_a_failing_rank(debian_dir, tmp_path):
     assert marks['imported'] < marks['process_group'] < marks['data'] < marks['train_start']
     codes, outs, _ = _run([cmd], tmp_path, {'D2LZH_FAULT': 'raise:1:0'})
     assert codes == [1], outs
-    assert 'DDP 工作进程 rank 1（共 2 个）失败，退出码 1：RuntimeError: 工作进程 rank 1 在第 0 个' \
+    assert 'DDP 工作进程 rank 1（共 2 个）失败，退出码 1：RuntimeError: 工作进程 rank 1 在第 1 个' \
         '小批量之前故意失败（D2LZH_FAULT=raise:1:0）' in outs[0]
     assert 'rank 1 的 Traceback (most recent call last)' in outs[0]
 

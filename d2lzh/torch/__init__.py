@@ -6,10 +6,12 @@ import torch.nn.functional as F  # noqa: F401
 from torch import nn  # noqa: F401
 
 from ..data import choose_max_examples  # noqa: F401
+from ..jobs import batch_indices  # noqa: F401
 from ..plot import bar_chart, set_figsize, timeline  # noqa: F401
 from ..results import load_reference, output_dir, record  # noqa: F401
 from ..setup import lazy_names
-from ..timing import Benchmark, Timer, speedup  # noqa: F401
+from ..timing import NOISE, Benchmark, Timer, format_ratio, paired_times, speedup  # noqa: F401
+from ..trace import draw, events, overlap_ms, torch_ops  # noqa: F401
 from .book import *  # noqa: F401,F403
 from .book import __all__ as _book
 from .data import load_data_fashion_mnist  # noqa: F401
@@ -19,9 +21,10 @@ from .train import train, train_data_parallel  # noqa: F401
 
 _LAZY = {'ddp_worker': 'd2lzh.torch.ddp', 'Job': 'd2lzh.torch.ddp',
          'run_ddp': 'd2lzh.torch.launch', 'measure_allreduce': 'd2lzh.torch.launch'}
-__all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'record', 'output_dir',
-           'load_reference', 'bar_chart', 'set_figsize', 'timeline', *_book,
-           'load_data_fashion_mnist', 'choose_max_examples', 'train',
-           'train_data_parallel', 'Recipe', 'FAST', 'TrainStep', 'train_fast', 'LADDER',
-           'ladder_configs', 'cold_start', *_LAZY]
+__all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'NOISE', 'format_ratio',
+           'paired_times', 'record', 'output_dir', 'load_reference', 'bar_chart', 'set_figsize',
+           'timeline', 'events', 'draw', 'overlap_ms', 'torch_ops', 'batch_indices', *_book,
+           'load_data_fashion_mnist', 'choose_max_examples', 'train', 'train_data_parallel',
+           'Recipe', 'FAST', 'TrainStep', 'train_fast', 'LADDER', 'ladder_configs', 'cold_start',
+           *_LAZY]
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
