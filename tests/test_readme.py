@@ -139,3 +139,29 @@ def test_bench_readme_fault_and_launch_figures_are_the_run_it_names():
     for mark in ('imported', 'process_group', 'model', 'train_start', 'startup_done', 'reached'):
         values = [m[mark] for m in marks]
         assert f'{min(values):.2f}-{max(values):.2f} s' in paragraph, mark
+
+
+def test_bench_readme_four_gpu_fault_figures_are_the_run_it_names():
+    """bench/README.md's paragraph on the 4-GPU run: the kill on 4 GPUs ended within the seconds
+    at which training started without a fault, and every figure it quotes is the JSON's."""
+    name = 'NVIDIA-H100-80GB-HBM3-x4-2026-11-28-faults.json'
+    text = (ROOT / 'bench' / 'README.md').read_text(encoding='utf-8')
+    start = text.index(f'`{name}`')
+    paragraph = ' '.join(text[start:text.index('\n\n', start)].split())
+    result = json.loads((ROOT / 'bench' / 'results' / name).read_text())
+    tta = json.loads((ROOT / 'bench' / 'results' / name.replace('.json', '-time-to-accuracy.json'))
+                     .read_text())['by_gpus']
+    kill = result['faults']['4']['fork kill:3:1']
+    starts = [r['result']['marks']['train_start'] for r in tta['4']['fork']['runs']]
+    assert kill['exit_code'] == 1 and kill['gpu_processes_left'] == 0
+    assert f"{kill['seconds']:.2f} s" in paragraph and kill['seconds'] < max(starts) + 10
+    assert f'{min(starts):.2f}-{max(starts):.2f} s' in paragraph
+    for key, fault in result['faults']['2'].items():
+        assert f"{fault['seconds']:.2f} s" in paragraph and fault['gpu_processes_left'] == 0, key
+    single = [r['reached_s'] for r in result['best_single']['runs']]
+    assert f'one-GPU script {min(single):.2f}-{max(single):.2f} s' in paragraph
+    for n in ('1', '2', '4'):
+        reached = [r['result']['marks']['reached'] for r in tta[n]['fork']['runs']]
+        assert f'{min(reached):.2f}-{max(reached):.2f} s' in paragraph, n
+        assert f"{tta[n]['torchrun']['runs'][0]['result']['marks']['reached']:.2f} s" in paragraph
+    assert min(single) < min(r['result']['marks']['reached'] for r in tta['4']['fork']['runs'])
