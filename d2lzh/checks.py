@@ -11,8 +11,7 @@ def check_positive_int(name, value, allow_none=False):
     if value is None and allow_none:
         return
     if not whole(value, 1):
-        raise ValueError(f'{name}={value!r} is not valid: it must be a positive whole '
-                         f'number{" or None" if allow_none else ""}')
+        raise ValueError(f'{name}={value!r} 无效：请用正整数{"或 None" if allow_none else ""}')
 
 
 def choose_gpus(num, gpus, describe=str, stacklevel=3):
@@ -33,20 +32,20 @@ def choose_gpus(num, gpus, describe=str, stacklevel=3):
 def check_examples_seen(n):
     """Raise ValueError when an evaluation saw no example (``n == 0``)."""
     if n == 0:
-        raise ValueError('evaluate_accuracy: data_iter yielded no examples')
+        raise ValueError('evaluate_accuracy：data_iter 没有给出任何样本，请传入非空的数据')
 
 
 def check(obj, rules):
-    """Raise ValueError ``name=value is not valid: use need`` for the first of ``rules``
-    ((field name, ok, need), in order) of the dataclass ``obj`` that is not ok."""
+    """Raise ValueError ``name=value 无效：请用need`` for the first of ``rules`` ((field name,
+    ok, need: Chinese read after 请用), in order) of the dataclass ``obj`` that is not ok."""
     for name, ok, need in rules:
         if not ok:
-            raise ValueError(f'{name}={getattr(obj, name)!r} is not valid: use {need}')
+            raise ValueError(f'{name}={getattr(obj, name)!r} 无效：请用{need}')
 
 
 def flag_rules(obj):
     """:func:`check`'s rules: each field of the dataclass ``obj`` typed bool holds a bool."""
-    return [(f.name, isinstance(getattr(obj, f.name), bool), 'True or False')
+    return [(f.name, isinstance(getattr(obj, f.name), bool), '布尔值 True 或 False')
             for f in dataclasses.fields(obj) if f.type is bool]
 
 

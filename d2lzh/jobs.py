@@ -30,11 +30,11 @@ def batch_indices(num_examples, batch_size, world_size, rank, epoch, seed):
     global_batch = batch_size * world_size
     steps = num_examples // global_batch
     if steps < 1:
-        raise ValueError(f'{num_examples} training examples are fewer than one global minibatch '
-                         f'of {batch_size} x {world_size} workers = {global_batch}: use more '
-                         'examples (--max-examples) or a smaller --batch-size')
+        raise ValueError(f'{num_examples} 个训练样本凑不满一个全局小批量（{batch_size} × '
+                         f'{world_size} 个工作进程 = {global_batch} 个）：请用更多样本'
+                         '（--max-examples）或更小的 --batch-size')
     if rank is not None and not 0 <= rank < world_size:
-        raise ValueError(f'rank {rank} is not in 0..{world_size - 1}')
+        raise ValueError(f'rank={rank} 无效：请用 0..{world_size - 1} 中的一个')
     order = np.random.RandomState(seed + epoch).permutation(num_examples)
     lo, hi = (0, global_batch) if rank is None else (rank * batch_size, (rank + 1) * batch_size)
     return [order[t * global_batch + lo:t * global_batch + hi] for t in range(steps)]
@@ -93,7 +93,7 @@ class Fault:
 
     def __init__(self, kind, rank, step):
         if kind not in self.KINDS:
-            raise ValueError(f'fault kind {kind!r} is not valid: use raise or kill')
+            raise ValueError(f'kind={kind!r} 无效：请用 raise 或 kill')
         self.kind, self.rank, self.step = kind, int(rank), int(step)
 
     @classmethod
@@ -106,9 +106,9 @@ class Fault:
             kind, rank, step = text.split(':')
             return cls(kind, rank, step)
         except ValueError:
-            raise ValueError(f'fault {text!r} is not valid: use KIND:RANK:STEP with KIND raise '
-                             'or kill, e.g. kill:1:3 (worker rank 1, before its 4th '
-                             'minibatch)') from None
+            raise ValueError(f'fault={text!r} 无效：请用 KIND:RANK:STEP 的形式，KIND 为 raise 或 '
+                             'kill，例如 kill:1:3（rank 为 1 的工作进程，在它的第 4 个小批量'
+                             '之前）') from None
 
     def __repr__(self):
         return f'{self.kind}:{self.rank}:{self.step}'

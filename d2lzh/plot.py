@@ -63,8 +63,8 @@ def bar_chart(labels, values, ylabel, title=None, fmt='{:.3g}', ax=None):
     import matplotlib.pyplot as plt
     _use_chinese_font()
     if len(labels) != len(values) or not labels:
-        raise ValueError(f'bar_chart: {len(labels)} labels for {len(values)} values; '
-                         'give one label per value (at least one)')
+        raise ValueError(f'bar_chart：{len(labels)} 个标签对应 {len(values)} 个值，'
+                         '请给每个值一个标签（至少一个值）')
     if ax is None:
         _, ax = plt.subplots()
     bars = ax.bar(range(len(values)), values, color='tab:blue')
@@ -178,7 +178,7 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6, colours=None):
     keys = sorted((k for k in bars if not _internal({}, label[k]) and (rows is None or rows(label[k]))
                    and not (isinstance(k[0], int) and k[0] < 0)), key=lambda k: label[k])
     if not keys:
-        raise ValueError('timeline: the trace holds no timed event (ph X, or B/E pairs)')
+        raise ValueError('timeline：trace 里没有计时的事件，请传入含 X 或成对 B/E 事件的 trace')
     t0 = min(ts for k in keys for ts, _, _ in bars[k])
     common = [n for n, _ in Counter(n for k in keys for _, _, n in bars[k]).most_common(legend)]
     colours = colours or {n: f'C{i}' for i, n in enumerate(common)}

@@ -40,7 +40,7 @@ def notebooks(edition='all'):
         ValueError: ``edition`` is not 'mxnet', 'pytorch' or 'all'.
     """
     if edition not in (*EDITIONS, 'all'):
-        raise ValueError(f'edition={edition!r} is not valid: use mxnet, pytorch or all')
+        raise ValueError(f'edition={edition!r} 无效：请用 mxnet、pytorch 或 all')
     return [nb.path for nb in NOTEBOOKS if edition in ('all', nb.edition)]
 
 
@@ -90,5 +90,5 @@ def url(path, kind='raw'):
 
 if __name__ == '__main__':
     if len(sys.argv) != 3 or sys.argv[1] != 'notebooks':
-        sys.exit('usage: python d2lzh/project.py notebooks mxnet|pytorch|all')
+        sys.exit('用法：python d2lzh/project.py notebooks mxnet|pytorch|all')
     print(' '.join(notebooks(sys.argv[2])))

@@ -33,14 +33,14 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
     :func:`d2lzh.data.choose_max_examples`; None: no subset). ValueError: ``key`` empty or not a
     str, ``note``/``what`` not a str, ``spread`` not a pair, ``kind`` not in :data:`KINDS`."""
     if not isinstance(key, str) or not key:
-        raise ValueError(f'record: key must be a non-empty str, got {key!r}')
+        raise ValueError(f'record 的 key={key!r} 无效：请用非空的字符串')
     for name, text in (('note', note), ('what', what)):
         if text is not None and not isinstance(text, str):
-            raise ValueError(f'record: {name} must be a str or None, got {text!r}')
+            raise ValueError(f'record 的 {name}={text!r} 无效：请用字符串或 None')
     if spread is not None and len(spread) != 2:
-        raise ValueError(f'record: spread must be (low, high), got {spread!r}')
+        raise ValueError(f'record 的 spread={spread!r} 无效：请用 (low, high) 两个数')
     if kind is not None and kind not in KINDS:
-        raise ValueError(f'record: kind must be one of {KINDS} or None, got {kind!r}')
+        raise ValueError(f'record 的 kind={kind!r} 无效：请用 {KINDS} 之一或 None')
     path = os.environ.get('D2LZH_RESULTS')
     if path:
         from . import data  # here, not at the top: `import d2lzh` stays free of numpy
@@ -69,7 +69,7 @@ def read_figures(path):
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f'{path}, line {number}: not a recorded figure ({err})') from err
+                raise ValueError(f'{path} 第 {number} 行不是记录（{err}）：请删掉这一行') from err
             out[item['key']] = {k: item.get(k) for k in (
                 'value', 'subset', 'gpus', 'note', 'what', 'spread', 'kind')}
             out[item['key']].update(unit=item.get('unit', ''), tags=item.get('tags') or [],

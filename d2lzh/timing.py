@@ -38,7 +38,7 @@ class Timer:
     def stop(self):
         """End the interval and return its length, seconds. RuntimeError: no ``start()`` first."""
         if self._start is None:
-            raise RuntimeError('Timer.stop() called before Timer.start()')
+            raise RuntimeError('调用 Timer.stop() 之前没有调用 Timer.start()：请先调用 start()')
         self.times.append(time.perf_counter() - self._start)
         self._start = None
         return self.times[-1]
@@ -112,8 +112,8 @@ def speedup(baseline, faster):
     one after the other (so that both see the same state of the machine). ValueError: the
     lists are empty, differ in length, or hold a time <= 0."""
     if not baseline or len(baseline) != len(faster) or min(*baseline, *faster) <= 0:
-        raise ValueError(f'speedup: give two equally long lists of positive times, got '
-                         f'{len(baseline)} and {len(faster)} values')
+        raise ValueError(f'speedup：请给两个等长、非空、只含正数的时间列表，收到的是 '
+                         f'{len(baseline)} 个和 {len(faster)} 个值')
     ratios = [b / f for b, f in zip(baseline, faster)]
     return Speedup(statistics.median(ratios), min(ratios), max(ratios), len(ratios))
 

@@ -14,16 +14,16 @@ def test_choose_gpus_rule():
 
 @pytest.mark.parametrize('bad', [0, -1, 2.0, True, '2'])
 def test_choose_gpus_rejects(bad):
-    with pytest.raises(ValueError, match=r'num=.* is not valid: it must be a positive whole number'):
+    with pytest.raises(ValueError, match=r'num=.* 无效：请用正整数$'):
         checks.choose_gpus(bad, [0])
 
 
 def test_check_positive_int_and_examples_seen():
     checks.check_positive_int('batch_size', 3)
     checks.check_positive_int('resize', None, allow_none=True)
-    with pytest.raises(ValueError, match=r'batch_size=0 is not valid.*positive whole number$'):
+    with pytest.raises(ValueError, match=r'batch_size=0 无效：请用正整数$'):
         checks.check_positive_int('batch_size', 0)
-    with pytest.raises(ValueError, match='no examples'):
+    with pytest.raises(ValueError, match='data_iter 没有给出任何样本'):
         checks.check_examples_seen(0)
 
 

@@ -392,7 +392,7 @@ def test_figures_carry_the_subset_that_choose_max_examples_picked(tmp_path, monk
     assert figures['one_batch_ratio']['subset'] is None
     assert figures['test_acc_full']['subset'] is None
     assert figures['test_acc_full']['note'] == 'book settings'
-    with pytest.raises(ValueError, match='note must be a str'):
+    with pytest.raises(ValueError, match='note=3 无效：请用字符串或 None'):
         results.record('x', 1, note=3)
 
 

@@ -27,8 +27,8 @@ def test_workers_together_see_the_global_minibatch_of_one_process():
 
 
 @pytest.mark.parametrize('args, message', [
-    ((10, 8, 2, 0), 'fewer than one global minibatch of 8 x 2 workers = 16'),
-    ((100, 8, 2, 2), 'rank 2 is not in 0..1')])
+    ((10, 8, 2, 0), r'凑不满一个全局小批量（8 × 2 个工作进程 = 16 个）'),
+    ((100, 8, 2, 2), r'rank=2 无效：请用 0\.\.1 中的一个')])
 def test_batch_indices_rejects(args, message):
     with pytest.raises(ValueError, match=message):
         jobs.batch_indices(*args, epoch=0, seed=0)
@@ -61,7 +61,7 @@ def test_fault_seam_strikes_before_the_named_minibatch_across_epochs():
 
 @pytest.mark.parametrize('text', ['boom:1:2', 'raise:1', 'raise:x:2'])
 def test_bad_fault_text_names_the_form(text):
-    with pytest.raises(ValueError, match='use KIND:RANK:STEP'):
+    with pytest.raises(ValueError, match='请用 KIND:RANK:STEP'):
         jobs.Fault.parse(text)
 
 

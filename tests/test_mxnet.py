@@ -39,7 +39,7 @@ def test_unusable_gpu_falls_back_with_a_warning(monkeypatch):
 
 @pytest.mark.parametrize('bad', [0, -1, 1.5, '2', True])
 def test_try_devices_rejects(bad):
-    with pytest.raises(ValueError, match='num=.* positive whole number'):
+    with pytest.raises(ValueError, match='num=.* 无效：请用正整数'):
         d2l.try_devices(bad)
 
 
@@ -192,7 +192,7 @@ def test_evaluate_accuracy_single_context_and_databatch():
     batch = mx.io.DataBatch(data=[X], label=[y])
     net = _oracle(np.array([[0, 1], [1, 0]]))
     assert d2l.evaluate_accuracy([batch], net, mx.cpu()) == 0.5
-    with pytest.raises(ValueError, match='no examples'):
+    with pytest.raises(ValueError, match='没有给出任何样本'):
         d2l.evaluate_accuracy([], net)
 
 
@@ -263,7 +263,7 @@ def test_load_data_fashion_mnist_iterators(isolated, tiny_dataset):
     ({'batch_size': True}, 'batch_size'), ({'batch_size': 8, 'resize': 0}, 'resize'),
     ({'batch_size': 8, 'resize': 28.0}, 'resize')])
 def test_load_data_rejects_bad_arguments(kwargs, name):
-    with pytest.raises(ValueError, match=f'{name}=.* positive whole number'):
+    with pytest.raises(ValueError, match=f'{name}=.* 无效：请用正整数'):
         d2l.load_data_fashion_mnist(**kwargs)
 
 

@@ -149,7 +149,7 @@ def test_step_with_the_local_batch_multiplies_the_learning_rate(tmp_path):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     # ... and not the correct result: far beyond the rounding allowed above.
     assert max(float(np.abs(a - b).max()) for a, b in zip(w0['params'], correct['params'])) > 1e-3
-    with pytest.raises(ValueError, match="step_batch='worker' is not valid"):
+    with pytest.raises(ValueError, match="step_batch='worker' 无效"):
         dist.train(step_batch='worker', **kwargs)
 
 
@@ -255,7 +255,7 @@ def test_a_bad_fault_spec_is_a_clear_error():
     out = subprocess.run([sys.executable, '-m', 'd2lzh.mxnet.dist', '--fault', 'crash:1'],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
-    assert "--fault: fault 'crash:1' is not valid: use KIND:RANK:STEP" in out.stderr
+    assert "--fault: fault='crash:1' 无效：请用 KIND:RANK:STEP" in out.stderr
 
 
 def test_ssh_launcher_without_host_file_is_a_clear_error():

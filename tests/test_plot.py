@@ -50,14 +50,14 @@ def test_timeline_of_a_torch_trace_and_row_filter(tmp_path):
     ax = plot.timeline(json.loads(path.read_text()))
     assert _bars(ax) >= 4
     assert 'aten::matmul' in [t.get_text() for t in ax.get_legend().get_texts()]
-    with pytest.raises(ValueError, match='no timed event'):
+    with pytest.raises(ValueError, match='没有计时的事件'):
         plot.timeline(path, rows=lambda label: False)
 
 
 def test_bar_chart_needs_one_label_per_value():
     ax = plot.bar_chart(['a', 'b'], [1.0, 2.0], 'seconds', title='t')
     assert [t.get_text() for t in ax.get_xticklabels()] == ['a', 'b']
-    with pytest.raises(ValueError, match='one label per value'):
+    with pytest.raises(ValueError, match='请给每个值一个标签'):
         plot.bar_chart(['a'], [1.0, 2.0], 'seconds')
 
 

@@ -173,5 +173,5 @@ def test_record_keeps_a_kind_and_old_records_read_without_one(tmp_path, monkeypa
     assert run_summary.kind_of('old_speedup', figures['old_speedup']) == 'speedup'
     assert run_summary.kind_of('flop_rate_ratio', dict(figures['flop_rate_ratio'], kind=None)) \
         == 'ratio'
-    with pytest.raises(ValueError, match='kind must be one of'):
+    with pytest.raises(ValueError, match="kind='speed-up' 无效：请用 .* 之一或 None"):
         results.record('x', 1.0, 'x', kind='speed-up')

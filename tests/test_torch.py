@@ -33,7 +33,7 @@ def test_too_few_gpus_warns_and_gives_those_there_are(monkeypatch):
 
 @pytest.mark.parametrize('bad', [0, -2, 1.5, True, '2'])
 def test_try_devices_rejects(bad):
-    with pytest.raises(ValueError, match='positive whole number'):
+    with pytest.raises(ValueError, match='无效：请用正整数'):
         d2l.try_devices(bad)
 
 
@@ -88,7 +88,7 @@ def test_evaluate_accuracy_and_mode_restored():
     batches = [(X[:3], y[:3]), (X[3:], y[3:])]
     assert d2l.evaluate_accuracy(batches, net) == 0.75  # dropout off during evaluation
     assert net.training
-    with pytest.raises(ValueError, match='no examples'):
+    with pytest.raises(ValueError, match='没有给出任何样本'):
         d2l.evaluate_accuracy([], net)
 
 
@@ -183,7 +183,7 @@ def test_shuffled_pass_through_reused_buffer(isolated, tiny_dataset, monkeypatch
 @pytest.mark.parametrize('kwargs', [{'batch_size': 0}, {'batch_size': 2.0},
                                     {'batch_size': 8, 'resize': -1}])
 def test_load_data_rejects(kwargs):
-    with pytest.raises(ValueError, match='positive whole number'):
+    with pytest.raises(ValueError, match='无效：请用正整数'):
         d2l.load_data_fashion_mnist(**kwargs)
 
 
@@ -218,7 +218,7 @@ def test_shard_iter_takes_its_slice_of_the_global_minibatch():
             X = torch.cat([steps[0][t][0], steps[1][t][0]])
             assert X.dtype == torch.float32 and X.shape == (4, 1, 28, 28)
             assert torch.equal(X[:, 0], torch.tensor(images[index] / 255, dtype=torch.float32))
-    with pytest.raises(ValueError, match='fewer than one global minibatch'):
+    with pytest.raises(ValueError, match='凑不满一个全局小批量'):
         tdata.ShardIter(images, labels, 8, 0, 2)
 
 
@@ -249,20 +249,20 @@ def test_train_is_one_screen():
 # ---------------------------------------------------------------- the fast path: Recipe
 
 @pytest.mark.parametrize('kwargs, match', [
-    ({'label_smoothing': 1.0}, r'label_smoothing=1.0 is not valid: use a value in \[0, 1\)'),
+    ({'label_smoothing': 1.0}, r'label_smoothing=1.0 无效：请用区间 \[0, 1\) 中的数'),
     ({'lr_warmup': 1.0, 'lr_schedule': 'linear'}, 'lr_warmup=1.0'),
-    ({'eval_from': 5}, 'eval_from=5 is not valid: use an epoch from 1 to epochs=4'),
+    ({'eval_from': 5}, 'eval_from=5 无效：请用从 1 到 epochs=4 的迭代周期'),
     ({'eval_from': 0}, 'eval_from=0'),
     ({'target_accuracy': 1.5}, 'target_accuracy=1.5'),
-    ({'lr_schedule': 'step'}, "lr_schedule='step' is not valid"),
-    ({'nesterov': True}, 'nesterov=True needs momentum'),
-    ({'lr_warmup': 0.1}, "used by lr_schedule='linear' only"),
-    ({'amp': True}, r"amp=True is not valid: use one of \('auto', 'bf16', 'fp16', 'off'\)"),
-    ({'epochs': 2.0}, 'epochs=2.0 is not valid: use a whole number'),
+    ({'lr_schedule': 'step'}, "lr_schedule='step' 无效"),
+    ({'nesterov': True}, 'nesterov=True 要求 momentum > 0：.*momentum=0.9'),
+    ({'lr_warmup': 0.1}, "lr_warmup=0.1 只对线性学习率调度起作用：请同时传入 lr_schedule='linear'"),
+    ({'amp': True}, r"amp=True 无效：请用以下之一：\('auto', 'bf16', 'fp16', 'off'\)"),
+    ({'epochs': 2.0}, 'epochs=2.0 无效：请用不小于 1 的整数'),
     ({'batch_size': 0}, 'batch_size=0'),
     ({'momentum': 1.0}, 'momentum=1.0'),
     ({'capture_after': 0}, 'capture_after=0'),
-    ({'cuda_graph': True, 'lr_schedule': 'linear'}, 'needs fused_sgd=True'),
+    ({'cuda_graph': True, 'lr_schedule': 'linear'}, '要 fused_sgd=True'),
 ])
 def test_recipe_rejects_with_the_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -353,7 +353,7 @@ def test_fused_sgd_state_round_trip():
     other = FusedSGD(a, torch.tensor(0.1), momentum=0.9)
     other.load_state_dict(opt.state_dict())
     assert all(torch.equal(x, y) for x, y in zip(other.buffers, opt.buffers))
-    with pytest.raises(ValueError, match='do not fit'):
+    with pytest.raises(ValueError, match='形状与参数不符'):
         other.load_state_dict({'fused_sgd_momentum_buffers': [torch.zeros(2)]})
 
 
@@ -398,7 +398,7 @@ def test_fast_recipe_runs_on_the_cpu(isolated, tiny_dataset):
     import dataclasses
     torch.manual_seed(0)
     train_iter, test_iter = d2l.load_data_fashion_mnist(4, root=tiny_dataset[0])
-    with pytest.raises(ValueError, match=r'batches of 4, recipe.batch_size is 512: .*'
+    with pytest.raises(ValueError, match=r'批量大小是 4，recipe.batch_size 却是 512：.*'
                                          r'dataclasses.replace\(recipe, batch_size=4\)'):
         d2l.train_fast(_linear_net(), train_iter, test_iter, CPU, d2l.FAST)
     fast = dataclasses.replace(d2l.FAST, batch_size=4)
@@ -428,7 +428,7 @@ def test_checkpoints_resume_and_refuse_another_optimizer(isolated, tiny_dataset,
                         dataclasses.replace(recipe, epochs=3), verbose=False)
     assert h3['start_epoch'] == 2 and len(h3['epoch_times']) == 3
     before = ck2.read_bytes()
-    with pytest.raises(ValueError, match='holds the state of another optimizer'):
+    with pytest.raises(ValueError, match='存的是另一种优化器的状态'):
         d2l.train_fast(_linear_net(), *_own_images(tiny_dataset), CPU,
                        dataclasses.replace(recipe, epochs=3, fused_sgd=True), verbose=False)
     assert ck2.read_bytes() == before  # the file is only read
@@ -511,8 +511,7 @@ def test_failed_capture_goes_on_eagerly(isolated, tiny_dataset, monkeypatch):
 def test_cuda_graph_replica_needs_a_gpu():
     """d2l.CUDAGraphReplica (notebook 05, beyond the book) says why it cannot run on a CPU."""
     params = [torch.zeros(3, requires_grad=True)]
-    with pytest.raises(RuntimeError, match='CUDA graphs need a CUDA device; the parameters are '
-                                           'on cpu'):
+    with pytest.raises(RuntimeError, match='CUDA 图需要 CUDA 设备，参数却在 cpu 上'):
         d2l.CUDAGraphReplica(lambda X, y: (X @ params[0]).sum(), params, torch.ones(2, 3),
                              torch.ones(2), lr=0.1, batch_size=2)
 
@@ -537,5 +536,5 @@ def test_cold_start_runs_the_users_lines_in_a_fresh_process():
     assert r['marks']['import torch'] - r['marks']['python'] > 0.2  # torch came after the mark
     assert r['history']['examples'] == 64 and len(r['history']['test_acc']) == 1
     assert r['marks']['train'] < r['reached_s'] <= r['marks']['end']  # target 0: first evaluation
-    with pytest.raises(RuntimeError, match='exit code 1'):
+    with pytest.raises(RuntimeError, match='退出码 1'):
         d2l.cold_start({'recipe': {'epochs': 0}}, timeout=120)

@@ -281,20 +281,20 @@ def test_run_ddp_from_python_reports_a_killed_rank(debian_dir, monkeypatch, tmp_
 
 def test_worker_outside_torchrun_says_how_to_start_it(monkeypatch):
     monkeypatch.delenv('RANK', raising=False)
-    with pytest.raises(RuntimeError, match=r'\$RANK is not set: .*torchrun'):
+    with pytest.raises(RuntimeError, match=r'没有设置 \$RANK：.*torchrun'):
         d2l.ddp_worker()
 
 
 def test_run_ddp_rejects_bad_settings(monkeypatch):
-    with pytest.raises(ValueError, match=r"model='vgg' is not valid"):
+    with pytest.raises(ValueError, match=r"model='vgg' 无效"):
         d2l.run_ddp(1, model='vgg')
-    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['epochs'\].*d2l.Recipe"):
+    with pytest.raises(ValueError, match=r"未知的设置 \['epochs'\].*d2l.Recipe"):
         d2l.run_ddp(1, epochs=2)
     with pytest.raises(ValueError, match='max_restarts=-1'):
         d2l.run_ddp(1, max_restarts=-1)
     monkeypatch.setattr(ddp, 'num_gpus', lambda: 1)
     monkeypatch.setattr(ddp, 'gpu_name', lambda i: 'NVIDIA H200')
-    with pytest.raises(ValueError, match='asked for 2 GPUs but this machine has 1'):
+    with pytest.raises(ValueError, match='要 2 块 GPU，这台机器却只有 1 块'):
         d2l.run_ddp(2, backend='nccl')
 
 

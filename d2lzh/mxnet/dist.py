@@ -57,16 +57,16 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
     check_positive_int('batch_size', batch_size)
     check_positive_int('epochs', epochs)
     if step_batch not in STEP_BATCHES:
-        raise ValueError(f'step_batch={step_batch!r} is not valid: use \'global\' (trainer.step '
-                         'gets batch_size * num_workers, correct) or \'local\' (batch_size, to '
-                         'show that mistake)')
+        raise ValueError(f"step_batch={step_batch!r} 无效：请用 'global'（trainer.step 得到 "
+                         "batch_size * num_workers，正确）或 'local'（batch_size，演示这个错误）")
     if max_steps is not None and (type(max_steps) is not int or max_steps < 0):
-        raise ValueError(f'max_steps={max_steps!r} is not valid: use a whole number >= 0 or None')
+        raise ValueError(f'max_steps={max_steps!r} 无效：请用不小于 0 的整数或 None')
     if kvstore is not None and 'dist' in kvstore:
         kv = mx.kv.create(kvstore)
         rank, workers = kv.rank, kv.num_workers
         if num_workers not in (None, workers):
-            raise ValueError(f'num_workers={num_workers} but the job has {workers} workers')
+            raise ValueError(f'num_workers={num_workers} 无效：作业有 {workers} 个工作进程，请用 '
+                             f'{workers} 或 None')
         write_status(rank=rank, num_workers=workers)
     else:
         kv, rank, workers = kvstore, None, num_workers or 1
@@ -160,7 +160,7 @@ def main(argv=None):
             raise SystemExit(f'--fault: {err}') from None
     role = os.environ.get('DMLC_ROLE')
     if role not in (None, *ROLES):
-        raise SystemExit(f'DMLC_ROLE={role!r} is not valid: it must be one of {", ".join(ROLES)}')
+        raise SystemExit(f'DMLC_ROLE={role!r} 无效：请用 {"、".join(ROLES)} 之一')
     os.environ.pop('PORT', None)  # ps-lite binds every non-scheduler process to $PORT when set
     jobs.watch(args.timeout, role or '进程', on_deadline=lambda why: write_status(error=why))
     if role in ('scheduler', 'server'):

@@ -191,10 +191,10 @@ def main(argv=None):
     parser, ours, rest = _parse(list(sys.argv[1:] if argv is None else argv))
     spec = importlib.util.find_spec('mxnet')  # MXNet's tools/launch.py, not importing MXNet
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit('MXNet is not installed: python -m d2lzh.setup.install mxnet')
+        raise SystemExit('没有安装 MXNet：请运行 python -m d2lzh.setup.install mxnet')
     path = os.path.join(list(spec.submodule_search_locations)[0], 'tools', 'launch.py')
     if not os.path.exists(path):
-        raise SystemExit(f'MXNet is installed without its launcher tools/launch.py ({path})')
+        raise SystemExit(f'MXNet 缺少启动脚本 tools/launch.py（{path}）：请重新安装 MXNet')
     namespace = runpy.run_path(path, run_name='mxnet_tools_launch')
     if ours.help:
         parser.print_help()

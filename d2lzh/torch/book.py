@@ -180,7 +180,7 @@ class CUDAGraphReplica:
     def __init__(self, loss_fn, params, X, y, lr, batch_size, warmup=3):
         device = params[0].device
         if device.type != 'cuda':
-            raise RuntimeError(f'CUDA graphs need a CUDA device; the parameters are on {device}')
+            raise RuntimeError(f'CUDA 图需要 CUDA 设备，参数却在 {device} 上：请把模型移到 GPU')
         self.X, self.y = X.clone(), y.clone()
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))

@@ -51,12 +51,12 @@ class Job:
         if self.max_examples is not None:
             object.__setattr__(self, 'max_examples', str(self.max_examples))
         check(self, [
-            ('model', self.model in ('resnet18', 'lenet'), "one of ('resnet18', 'lenet')"),
+            ('model', self.model in ('resnet18', 'lenet'), "以下之一：('resnet18', 'lenet')"),
             *flag_rules(self),
-            ('backend', self.backend in (None, 'nccl', 'gloo'), "one of (None, 'nccl', 'gloo')"),
-            ('timeout', real(self.timeout, 0, math.inf, '()'), 'a number of seconds > 0'),
-            ('seed', whole(self.seed, 0), 'a whole number >= 0'),
-            ('out', self.out is None or isinstance(self.out, str), 'None or a folder')])
+            ('backend', self.backend in (None, 'nccl', 'gloo'), "以下之一：(None, 'nccl', 'gloo')"),
+            ('timeout', real(self.timeout, 0, math.inf, '()'), '大于 0 的秒数'),
+            ('seed', whole(self.seed, 0), '不小于 0 的整数'),
+            ('out', self.out is None or isinstance(self.out, str), '文件夹名或 None')])
 
 
 def torchrun_env():
@@ -65,9 +65,9 @@ def torchrun_env():
     try:
         return tuple(int(os.environ[name]) for name in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE'))
     except KeyError as err:
-        raise RuntimeError(f'${err.args[0]} is not set: the worker runs under torchrun, e.g. '
-                           '`torchrun --standalone --nproc-per-node=2 -m d2lzh.torch.ddp`, or '
-                           'through d2l.run_ddp') from None
+        raise RuntimeError(f'没有设置 ${err.args[0]}：工作进程要在 torchrun 下运行，例如 '
+                           '`torchrun --standalone --nproc-per-node=2 -m d2lzh.torch.ddp`，'
+                           '或者经由 d2l.run_ddp 启动') from None
 
 
 def choose_backend(backend, local_processes):
@@ -76,9 +76,9 @@ def choose_backend(backend, local_processes):
     backend = backend or ('nccl' if num_gpus() > 0 else 'gloo')
     if backend == 'nccl' and num_gpus() < local_processes:
         names = ', '.join(f'cuda:{i} ({gpu_name(i)})' for i in range(num_gpus()))
-        raise ValueError(f'asked for {local_processes} GPUs but this machine has {num_gpus()}: '
-                         f'{names or "none"}. ' + (f'Ask for at most {num_gpus()} processes, or '
-                         'use' if num_gpus() else 'Use') + " backend='gloo' (--backend gloo).")
+        raise ValueError(f'要 {local_processes} 块 GPU，这台机器却只有 {num_gpus()} 块'
+                         f'{f"（{names}）：进程数不要超过 GPU 数，或者" if names else "：请"}'
+                         "用 backend='gloo'（--backend gloo）")
     return backend
 
 
@@ -91,8 +91,8 @@ def init_process_group(backend, timeout):
     rank, local_rank, world_size = torchrun_env()
     if backend == 'nccl':
         if local_rank >= num_gpus():
-            raise RuntimeError(f'local rank {local_rank} has no GPU: this node has '
-                               f'{num_gpus()}; start at most that many processes per node')
+            raise RuntimeError(f'local rank {local_rank} 没有对应的 GPU：这个节点只有 '
+                               f'{num_gpus()} 块，请每个节点最多启动这么多个进程')
         device = torch.device('cuda', local_rank)
         torch.cuda.set_device(device)
     else:

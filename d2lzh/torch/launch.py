@@ -41,12 +41,12 @@ def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job
     (from ``ChildFailedError``): a worker failed, naming its rank, exit code and last line."""
     check_positive_int('world_size', world_size)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise ValueError(f'max_restarts={max_restarts!r} is not valid: use a whole number >= 0')
+        raise ValueError(f'max_restarts={max_restarts!r} 无效：请用不小于 0 的整数')
     unknown = sorted(set(job) - {f.name for f in dataclasses.fields(Job)})
     if unknown:
-        raise ValueError(f'unknown setting(s) {unknown}: run_ddp takes the fields of '
-                         'd2lzh.torch.ddp.Job as keywords; how each process trains goes in '
-                         'recipe, e.g. run_ddp(2, d2l.Recipe(epochs=2, lr=0.2))')
+        raise ValueError(f'未知的设置 {unknown}：run_ddp 的关键字参数是 d2lzh.torch.ddp.Job '
+                         '的字段；每个进程怎样训练写在 recipe 里，例如 '
+                         'run_ddp(2, d2l.Recipe(epochs=2, lr=0.2))')
     recipe, job = recipe or Recipe(), Job(**{'verbose': False, **job})
     job = dataclasses.replace(job, backend=choose_backend(job.backend, world_size))
     return _launch(world_size, ddp_worker, (recipe, job), max_restarts, join_timeout)[0]

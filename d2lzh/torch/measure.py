@@ -54,7 +54,7 @@ def cold_start(config=None, timeout=600.0, env=None):
         if line.startswith('COLDSTART '):
             return json.loads(line[len('COLDSTART '):])
     tail = '\n'.join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
-    raise RuntimeError(f'the cold-start process ended with exit code {proc.returncode}:\n{tail}')
+    raise RuntimeError(f'冷启动的新进程以退出码 {proc.returncode} 结束：\n{tail}')
 
 
 def _reached(history, start, target):

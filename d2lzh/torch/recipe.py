@@ -58,32 +58,32 @@ class Recipe:
         if self.checkpoint is not None:
             object.__setattr__(self, 'checkpoint', os.fspath(self.checkpoint))
         check(self, [
-            ('batch_size', whole(self.batch_size, 1), 'a whole number >= 1'),
-            ('epochs', whole(self.epochs, 1), 'a whole number >= 1'),
-            ('lr', real(self.lr, 0, math.inf, '()'), 'a number > 0'),
-            ('amp', self.amp in AMP, f'one of {AMP}'),
+            ('batch_size', whole(self.batch_size, 1), '不小于 1 的整数'),
+            ('epochs', whole(self.epochs, 1), '不小于 1 的整数'),
+            ('lr', real(self.lr, 0, math.inf, '()'), '大于 0 的数'),
+            ('amp', self.amp in AMP, f'以下之一：{AMP}'),
             *flag_rules(self),
             ('capture_after', self.capture_after is None or whole(self.capture_after, 1),
-             'None or a whole number >= 1'),
-            ('momentum', real(self.momentum, 0, 1), 'a value in [0, 1)'),
-            ('weight_decay', real(self.weight_decay, 0, math.inf), 'a number >= 0'),
-            ('lr_schedule', self.lr_schedule in SCHEDULES, f'one of {SCHEDULES}'),
-            ('lr_warmup', real(self.lr_warmup, 0, 1), 'a value in [0, 1)'),
-            ('label_smoothing', real(self.label_smoothing, 0, 1), 'a value in [0, 1)'),
+             '不小于 1 的整数或 None'),
+            ('momentum', real(self.momentum, 0, 1), '区间 [0, 1) 中的数'),
+            ('weight_decay', real(self.weight_decay, 0, math.inf), '不小于 0 的数'),
+            ('lr_schedule', self.lr_schedule in SCHEDULES, f'以下之一：{SCHEDULES}'),
+            ('lr_warmup', real(self.lr_warmup, 0, 1), '区间 [0, 1) 中的数'),
+            ('label_smoothing', real(self.label_smoothing, 0, 1), '区间 [0, 1) 中的数'),
             ('eval_from', whole(self.eval_from, 1) and self.eval_from <= self.epochs,
-             f'an epoch from 1 to epochs={self.epochs}, or nothing would be evaluated'),
+             f'从 1 到 epochs={self.epochs} 的迭代周期，否则测试集一次也不会被评估'),
             ('target_accuracy', self.target_accuracy is None or
-             real(self.target_accuracy, 0, 1, '(]'), 'None or a value in (0, 1]'),
+             real(self.target_accuracy, 0, 1, '(]'), '区间 (0, 1] 中的数或 None'),
             ('checkpoint', self.checkpoint is None or isinstance(self.checkpoint, str),
-             'None or a file name')])
+             '文件名或 None')])
         for ok, message in [
-            (not self.nesterov or self.momentum > 0, 'nesterov=True needs momentum > 0: pass '
-             'momentum=0.9, for example'),
+            (not self.nesterov or self.momentum > 0,
+             'nesterov=True 要求 momentum > 0：请同时传入动量，例如 momentum=0.9'),
             (not self.lr_warmup or self.lr_schedule == 'linear', f'lr_warmup={self.lr_warmup} '
-             "is used by lr_schedule='linear' only: pass that, or lr_warmup=0"),
+             "只对线性学习率调度起作用：请同时传入 lr_schedule='linear'，或者用 lr_warmup=0"),
             (not self.cuda_graph or self.lr_schedule != 'linear' or self.fused_sgd,
-             "cuda_graph=True with lr_schedule='linear' needs fused_sgd=True (a graph holds "
-             "torch.optim's rate as a constant), or use lr_schedule='cosine'")]:
+             "cuda_graph=True 与 lr_schedule='linear' 一起用时要 fused_sgd=True（CUDA 图把 "
+             "torch.optim 的学习率录成常数），或者改用 lr_schedule='cosine'")]:
             if not ok:
                 raise ValueError(message)
 
@@ -144,7 +144,7 @@ class FusedSGD:
     def load_state_dict(self, state):
         buffers = state['fused_sgd_momentum_buffers']
         if buffers is not None and [b.shape for b in buffers] != [p.shape for p in self.params]:
-            raise ValueError('the momentum buffers do not fit the parameters')
+            raise ValueError('state 里动量缓冲区的形状与参数不符：请传入同一模型的 FusedSGD 状态')
         self.buffers = buffers and [b.to(p.device, p.dtype) for b, p in zip(buffers, self.params)]
 
     def zero_grad(self):
@@ -274,9 +274,9 @@ def _resume(recipe, module, step, device, verbose):
     try:
         step.optimizer.load_state_dict(state['optimizer'])
     except (KeyError, ValueError, TypeError) as err:
-        raise ValueError(f'{name} holds the state of another optimizer ({type(err).__name__}: '
-                         f'{err}): pass the recipe it was written with (fused_sgd, momentum), '
-                         'or move it away to start afresh') from err
+        raise ValueError(f'{name} 存的是另一种优化器的状态（{type(err).__name__}: {err}）：'
+                         '请传入写出它时的 recipe（fused_sgd、momentum），'
+                         '或者把它移走、从头训练') from err
     if state.get('scaler'):  # fp16's GradScaler; {} when disabled
         step.scaler.load_state_dict(state['scaler'])
     history = {**history, **state['history'], 'start_epoch': state['epoch'] + 1}
@@ -331,9 +331,9 @@ def _sync(device, ddp, data_iter=None, epoch=None):
 def _check_batch_size(train_iter, recipe):
     size = getattr(train_iter, 'batch_size', recipe.batch_size)
     if size != recipe.batch_size:
-        raise ValueError(f'train_iter has batches of {size}, recipe.batch_size is '
-                         f'{recipe.batch_size}: load the data with the batch size of the '
-                         f'recipe, or pass dataclasses.replace(recipe, batch_size={size})')
+        raise ValueError(f'train_iter 的批量大小是 {size}，recipe.batch_size 却是 '
+                         f'{recipe.batch_size}：请按 recipe 的批量大小加载数据，或传入 '
+                         f'dataclasses.replace(recipe, batch_size={size})')
 
 
 def _print_epoch(history, epoch, acc, examples, reached):
