@@ -16,6 +16,7 @@ _LAZY = {  # name -> the module that defines it
     **{name: 'd2lzh.mxnet' for name in _MXNET_NAMES},
     **{name: 'd2lzh.plot' for name in ('set_figsize', 'bar_chart', 'timeline')},
     **{name: 'd2lzh.trace' for name in ('draw', 'engine_ops', 'overlap_ms')},
+    **{name: 'd2lzh.curves' for name in ('smooth_loss', 'loss_crossings')},
     **{name: 'd2lzh.data' for name in (
         'load_fashion_mnist', 'get_fashion_mnist_labels', 'FashionMNISTNotFoundError',
         'CorruptDataError')},

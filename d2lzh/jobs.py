@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections import namedtuple
 
 import numpy as np
 
@@ -84,17 +85,10 @@ def watch(timeout, who, on_deadline=None, interval=0.5):
     return thread
 
 
-class Fault:
+class Fault(namedtuple('Fault', 'kind rank step')):
     """A failure to inject: worker ``rank`` fails before its minibatch number ``step``
     (counted from 0 over the whole run), by raising RuntimeError (``kind='raise'``) or by
     SIGKILL to itself (``kind='kill'``)."""
-
-    KINDS = ('raise', 'kill')
-
-    def __init__(self, kind, rank, step):
-        if kind not in self.KINDS:
-            raise ValueError(f'kind={kind!r} 无效：请用 raise 或 kill')
-        self.kind, self.rank, self.step = kind, int(rank), int(step)
 
     @classmethod
     def parse(cls, text):
@@ -102,15 +96,14 @@ class Fault:
         the text is not of that form (the message shows one that is)."""
         if not text:
             return None
-        try:
-            kind, rank, step = text.split(':')
-            return cls(kind, rank, step)
-        except ValueError:
+        kind, *numbers = text.split(':')
+        if kind not in ('raise', 'kill') or [n.isdigit() for n in numbers] != [True, True]:
             raise ValueError(f'fault={text!r} 无效：请用 KIND:RANK:STEP 的形式，KIND 为 raise 或 '
                              'kill，例如 kill:1:3（rank 为 1 的工作进程，在它的第 4 个小批量'
-                             '之前）') from None
+                             '之前）')
+        return cls(kind, *map(int, numbers))
 
-    def __repr__(self):
+    def __str__(self):
         return f'{self.kind}:{self.rank}:{self.step}'
 
     def strike(self):
@@ -118,7 +111,7 @@ class Fault:
         if self.kind == 'kill':
             os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f'工作进程 rank {self.rank} 在第 {self.step + 1} 个小批量之前故意失败'
-                           f'（{FAULT_ENV}={self!r}）')
+                           f'（{FAULT_ENV}={self}）')
 
 
 class _FaultyIter:

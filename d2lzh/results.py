@@ -54,29 +54,6 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
     return value
 
 
-def read_figures(path):
-    """The figures :func:`record` wrote to ``path``: ``{key: {'value', 'unit', 'subset',
-    'gpus', 'note', 'what', 'tags', 'spread', 'headline', 'kind'}}`` in the order first
-    recorded (a later line wins; ``kind`` None in lines written before it existed); ``{}``
-    without a file. ValueError names a line that is not JSON."""
-    out = {}
-    if not os.path.exists(path):
-        return out
-    with open(path, encoding='utf-8') as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f'{path} 第 {number} 行不是记录（{err}）：请删掉这一行') from err
-            out[item['key']] = {k: item.get(k) for k in (
-                'value', 'subset', 'gpus', 'note', 'what', 'spread', 'kind')}
-            out[item['key']].update(unit=item.get('unit', ''), tags=item.get('tags') or [],
-                                    headline=bool(item.get('headline')))
-    return out
-
-
 def output_dir():
     """The folder a notebook writes its files into (profiler traces ...): ``$D2LZH_OUTPUT_DIR``
     (``make run`` points it into its build folder), else ``d2lzh-output`` in the working

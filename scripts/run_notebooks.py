@@ -47,7 +47,6 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / 'scripts')]
 from d2lzh import project  # noqa: E402
-from d2lzh.results import read_figures  # noqa: E402
 from execute import Progress, cell_label, execute  # noqa: E402,F401 (cell_label: conftest)
 from lab import relink_markdown  # noqa: E402
 from render_html import ensure_mathjax, notebook_title, render_html  # noqa: E402
@@ -171,6 +170,29 @@ def relinked(nb, path, folder):
     return nb
 
 
+def read_figures(path):
+    """The figures :func:`d2lzh.results.record` wrote to ``path``: ``{key: {'value', 'unit',
+    'subset', 'gpus', 'note', 'what', 'tags', 'spread', 'headline', 'kind'}}`` in the order first
+    recorded (a later line wins; ``kind`` None in lines written before it existed); ``{}``
+    without a file. ValueError names a line that is not JSON."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    with open(path, encoding='utf-8') as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f'{path} 第 {number} 行不是记录（{err}）：请删掉这一行') from err
+            out[item['key']] = {k: item.get(k) for k in (
+                'value', 'subset', 'gpus', 'note', 'what', 'spread', 'kind')}
+            out[item['key']].update(unit=item.get('unit', ''), tags=item.get('tags') or [],
+                                    headline=bool(item.get('headline')))
+    return out
+
+
 def run_one(path, build, timeout):
     """Execute one notebook into ``build/run/<edition>/NAME.attempt/``; when every cell ran,
     its results replace the previous ones (see the module's docstring).
@@ -179,7 +201,7 @@ def run_one(path, build, timeout):
         dict: ``notebook`` (the path given), ``edition``, ``name``, ``title`` (its first
         heading), ``section`` (the book's, or None), ``status`` (``'ok'`` or ``'FAILED'``),
         ``seconds``, ``finished`` (UTC, ``YYYY-MM-DD HH:MM``), ``cpu_cores``, ``figures``
-        (see ``d2lzh.results.read_figures``), ``error`` (one line, '' when ok); not saved:
+        (see :func:`read_figures`), ``error`` (one line, '' when ok); not saved:
         ``attempt`` (the folder of a failed attempt) and ``interrupted``.
     """
     edition, name = edition_of(path), path.stem

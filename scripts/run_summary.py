@@ -2,7 +2,7 @@
 
 Used by ``scripts/run_notebooks.py``. A notebook's successful run leaves
 ``build/run/<edition>/results/NAME.json`` (wall time, the figures of ``d2l.record``: see
-:func:`d2lzh.results.read_figures`) and appends them to ``build/run/history.jsonl``. The
+:func:`run_notebooks.read_figures`) and appends them to ``build/run/history.jsonl``. The
 summary, on the console (:func:`summary_lines`) and in ``summary.md``, says per edition:
 
 1. what this machine can and cannot show (no GPU, two devices on the same cores, subsets, and

@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / 'scripts'))
 import run_summary  # noqa: E402
+from run_notebooks import read_figures  # noqa: E402
 
 RECORDED = ROOT / 'tests' / 'data' / 'make-run-mxnet-2cores.json'
 SECTIONS = ['4.6 GPU计算', '8.1 命令式和符号式混合编程', '8.2 异步计算', '8.3 自动并行计算',
@@ -168,7 +169,7 @@ def test_record_keeps_a_kind_and_old_records_read_without_one(tmp_path, monkeypa
     results.record('flop_rate_ratio', 244.0, 'x', what='每次浮点运算的速度', kind='ratio')
     with open(out, 'a', encoding='utf-8') as f:  # a line written before kind existed
         f.write(json.dumps({'key': 'old_speedup', 'value': 1.5, 'unit': 'x'}) + '\n')
-    figures = results.read_figures(out)
+    figures = read_figures(out)
     assert figures['flop_rate_ratio']['kind'] == 'ratio' and figures['old_speedup']['kind'] is None
     assert run_summary.kind_of('old_speedup', figures['old_speedup']) == 'speedup'
     assert run_summary.kind_of('flop_rate_ratio', dict(figures['flop_rate_ratio'], kind=None)) \

@@ -5,6 +5,7 @@ import torch  # noqa: F401  (part of this module's API: d2l.torch)
 import torch.nn.functional as F  # noqa: F401
 from torch import nn  # noqa: F401
 
+from ..curves import loss_crossings, smooth_loss  # noqa: F401
 from ..data import choose_max_examples  # noqa: F401
 from ..jobs import batch_indices  # noqa: F401
 from ..plot import bar_chart, set_figsize, timeline  # noqa: F401
@@ -23,8 +24,8 @@ _LAZY = {'ddp_worker': 'd2lzh.torch.ddp', 'Job': 'd2lzh.torch.ddp',
          'run_ddp': 'd2lzh.torch.launch', 'measure_allreduce': 'd2lzh.torch.launch'}
 __all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'NOISE', 'format_ratio',
            'paired_times', 'record', 'output_dir', 'load_reference', 'bar_chart', 'set_figsize',
-           'timeline', 'events', 'draw', 'overlap_ms', 'torch_ops', 'batch_indices', *_book,
-           'load_data_fashion_mnist', 'choose_max_examples', 'train', 'train_data_parallel',
-           'Recipe', 'FAST', 'TrainStep', 'train_fast', 'LADDER', 'ladder_configs', 'cold_start',
-           *_LAZY]
+           'timeline', 'events', 'draw', 'overlap_ms', 'torch_ops', 'smooth_loss', 'loss_crossings',
+           'batch_indices', *_book, 'load_data_fashion_mnist', 'choose_max_examples', 'train',
+           'train_data_parallel', 'Recipe', 'FAST', 'TrainStep', 'train_fast', 'LADDER',
+           'ladder_configs', 'cold_start', *_LAZY]
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
