@@ -80,13 +80,11 @@ def run_step(config, epochs, batch_size, lr, max_examples, device, **recipe):
         pin_memory=config['data'] == 'pinned' and on_gpu)
     if config['compile']:
         torch._dynamo.reset()
-    techniques = ('amp', 'channels_last', 'compile', 'cuda_graph')
-    if not recipe and not any(config[k] for k in techniques):
+    if not recipe and d2l.ladder_recipe(config) == d2l.ladder_recipe(d2l.ladder_configs()['a']):
         return d2l.train(d2l.resnet18(10), train_iter, test_iter, epochs, lr, device,
                          verbose=False)
-    return d2l.train_fast(d2l.resnet18(10), train_iter, test_iter, device, d2l.Recipe(
-        batch_size=batch_size, epochs=epochs, lr=lr, amp='auto' if config['amp'] else 'off',
-        **{k: config[k] for k in techniques[1:]}, **recipe), verbose=False)
+    return d2l.train_fast(d2l.resnet18(10), train_iter, test_iter, device, d2l.ladder_recipe(
+        config, batch_size=batch_size, epochs=epochs, lr=lr, **recipe), verbose=False)
 
 
 def copy_times(nbytes, repeats=3):

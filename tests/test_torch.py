@@ -524,6 +524,20 @@ def test_ladder_steps_change_one_thing_each():
         assert {k: v for k, v in configs[key].items() if configs[parent][k] != v} == change
 
 
+def test_ladder_recipe_carries_the_steps_techniques():
+    """Notebook 07 and bench translate a ladder step into a Recipe in one place; the steps
+    that train with the book's loop are those whose recipe equals (a)'s."""
+    configs = d2l.ladder_configs()
+    book = d2l.ladder_recipe(configs['a'])
+    assert (book.amp, book.channels_last, book.compile, book.cuda_graph) == ('off', False,
+                                                                             False, False)
+    assert [k for k in configs if d2l.ladder_recipe(configs[k]) == book] == ['a', 'b', 'c', 'd']
+    g3 = d2l.ladder_recipe(configs['g3'], batch_size=64, lr=0.3)
+    assert (g3.amp, g3.channels_last, g3.compile, g3.cuda_graph, g3.batch_size, g3.lr) == \
+        ('auto', True, True, True, 64, 0.3) and g3.memory_format == torch.channels_last
+    assert d2l.Recipe(cuda_graph=True).plan(CPU).cuda_graph is False  # a graph needs CUDA
+
+
 def test_cold_start_runs_the_users_lines_in_a_fresh_process():
     """d2l.cold_start: a process started by path (torch not imported before its first mark),
     the stages in order, train_fast's history, the seconds to the target from the start."""

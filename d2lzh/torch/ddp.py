@@ -149,7 +149,7 @@ def _train(recipe, job):
     _jobs.watch(job.timeout, f'DDP 工作进程 rank {rank}')
     backend = choose_backend(job.backend, int(os.environ.get('LOCAL_WORLD_SIZE', 1)))
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device|Grad strides do not')
-    graphed = backend == 'nccl' and recipe.plan(torch.device('cuda', local_rank))[2]
+    graphed = backend == 'nccl' and recipe.plan(torch.device('cuda', local_rank)).cuda_graph
     if graphed:  # NCCL calls inside a CUDA graph need its async error handling off
         os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'] = '0'
     marks = {'imported': _IMPORTED}  # time.time() of each stage, in rank 0's result

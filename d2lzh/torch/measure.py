@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ['LADDER', 'LADDER_BASE', 'ladder_configs', 'cold_start']
+__all__ = ['LADDER', 'LADDER_BASE', 'ladder_configs', 'ladder_recipe', 'cold_start']
 
 #: Notebook 07's ladder of techniques, which bench/bench_torch.py measures too: (key, name,
 #: Chinese label, the step it builds on, what it changes of :data:`LADDER_BASE`); data: 'host'
@@ -33,6 +33,17 @@ def ladder_configs():
     for key, _, _, parent, change in LADDER:
         configs[key] = {**(configs[parent] if parent else LADDER_BASE), **change}
     return configs
+
+
+def ladder_recipe(config, **fields):
+    """The :class:`~d2lzh.torch.recipe.Recipe` of a ladder step's ``config`` (a dict like
+    LADDER_BASE: its ``amp`` True is 'auto', else 'off'; ``channels_last``, ``compile``,
+    ``cuda_graph``), with Recipe's other ``fields`` (batch_size, epochs, lr, ...). A step whose
+    recipe equals the book step's uses none of its techniques: notebook 07 and bench train it
+    with the book's ``d2l.train``. ValueError: Recipe's, for a field of the wrong type or range."""
+    from .recipe import Recipe  # here: this file also runs as a fresh process, torch unimported
+    return Recipe(amp='auto' if config['amp'] else 'off', channels_last=config['channels_last'],
+                  compile=config['compile'], cuda_graph=config['cuda_graph'], **fields)
 
 
 def cold_start(config=None, timeout=600.0, env=None):

@@ -6,6 +6,7 @@ import math
 import os
 import time
 import warnings
+from collections import namedtuple
 
 import torch
 from torch import nn
@@ -24,6 +25,7 @@ def doc(default, help):
 
 
 AMP, SCHEDULES = ('auto', 'bf16', 'fp16', 'off'), (None, 'cosine', 'linear')
+Plan = namedtuple('Plan', 'amp fused_sgd cuda_graph')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,16 +95,16 @@ class Recipe:
         return torch.channels_last if self.channels_last else torch.contiguous_format
 
     def plan(self, device, graph_devices=('cuda',)):
-        """(amp, fused_sgd, cuda_graph) of this recipe's step on ``device``, decided once for
-        TrainStep and the DDP worker. amp: None (fp32, e.g. on the CPU), 'bf16' or 'fp16'
+        """The ``Plan(amp, fused_sgd, cuda_graph)`` of this recipe's step on ``device``, decided
+        once for TrainStep and the DDP worker. amp: None (fp32, e.g. on the CPU), 'bf16' or 'fp16'
         ('auto': bf16 from compute capability 8.0, else fp16: no fused SGD, no CUDA graph)."""
         device = torch.device(device)
         amp = self.amp if device.type == 'cuda' else 'off'
         if amp == 'auto':
             amp = 'bf16' if torch.cuda.get_device_capability(device)[0] >= 8 else 'fp16'
         fp16 = amp == 'fp16'
-        return (None if amp == 'off' else amp, self.fused_sgd and not fp16,
-                self.cuda_graph and not fp16 and device.type in graph_devices)
+        return Plan(None if amp == 'off' else amp, self.fused_sgd and not fp16,
+                    self.cuda_graph and not fp16 and device.type in graph_devices)
 
 
 #: Measured fastest from a cold start to 0.92 on one H100 (ResNet-18, data on the GPU,
