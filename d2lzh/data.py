@@ -8,7 +8,6 @@ of its *decompressed* content (Debian's recompressed copy passes, a truncated fi
 Beside each ``.gz`` read (not Debian's) a verified decompressed copy is kept and read from then on
 (55 MB for all four, 0.3 s less per start; replaced if it fails; ``$D2LZH_DATA_COPY=0``: none)."""
 import gzip
-import numbers
 import hashlib
 import http.client
 import os
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import check_positive_int
+from .checks import whole
 from .setup.gpus import gpus_in_use
 
 FileSpec = namedtuple('FileSpec', ['name', 'sha256'])
@@ -326,7 +325,7 @@ def parse_max_examples(value, what='max_examples'):
             return None
         if text.isdigit() and int(text) > 0:
             return int(text)
-    elif isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0:
+    elif whole(value, 1):
         return int(value)  # int or a numpy integer
     raise ValueError(f'{what}={value!r} 无效：请用正整数表示样本数（例如 2000），或者用 '
                      "'all' 表示全部数据（60,000 张训练图像和 10,000 张测试图像）。")
@@ -335,13 +334,6 @@ def parse_max_examples(value, what='max_examples'):
 def max_examples_from_env():
     """``$D2LZH_MAX_EXAMPLES`` as an int, or None when unset or ``all`` (ValueError else)."""
     return parse_max_examples(os.environ.get('D2LZH_MAX_EXAMPLES'), 'D2LZH_MAX_EXAMPLES')
-
-
-def note_data_subset(num_train):
-    """Say that the figures recorded from now on were trained on the first ``num_train``
-    training images (None: all). Raises ValueError unless None or a positive int."""
-    check_positive_int('num_train', num_train, allow_none=True)
-    CONTEXT['subset'] = None if num_train is None else int(num_train)
 
 
 def choose_max_examples(cpu_default, gpu_available=None):
@@ -362,7 +354,7 @@ def choose_max_examples(cpu_default, gpu_available=None):
         n = parse_max_examples(cpu_default, 'cpu_default')
         why = ('没有可用的 GPU：为了在 CPU 上几分钟内跑完，只用数据的一个子集'
                '（设 D2LZH_MAX_EXAMPLES=all 可用全部数据，2 核 CPU 上会慢得多）')
-    note_data_subset(None if n is None else min(n, TRAIN_SIZE))
+    CONTEXT['subset'] = None if n is None else min(n, TRAIN_SIZE)  # for d2l.record
     if n is None:
         print(f'{why}：使用全部 {TRAIN_SIZE} 张训练图像和 {TEST_SIZE} 张测试图像。')
     else:

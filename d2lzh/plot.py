@@ -114,12 +114,6 @@ def short_name(name, width=28):
     return base if len(base) <= width else base[:width - 1] + '…'
 
 
-def _internal(event, row_label):
-    """True for what the profiler records about itself (its buffer requests, its own rows)."""
-    return (event.get('cat') in ('overhead', 'Trace') or 'Activity Buffer' in event.get('name', '')
-            or row_label.startswith(('Spans', 'PyTorch Profiler')))
-
-
 def events(trace):
     """Every timed event of ``trace`` (a parsed dict or a file's path) as ``(start us, end us,
     pid, tid, name, cat)``, sorted by start: complete events (``ph`` 'X') and matched begin/end
@@ -166,8 +160,8 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6, colours=None):
         if e.get('ph') == 'M' and e.get('name') in ('process_name', 'thread_name'):
             names[(e['pid'], None if e['name'] == 'process_name' else e.get('tid'))] = \
                 str(e.get('args', {}).get('name', ''))
-    for start, end, pid, tid, name, cat in events(trace):
-        if not _internal({'cat': cat, 'name': name}, ''):
+    for start, end, pid, tid, name, cat in events(trace):  # less the profiler's own records
+        if cat not in ('overhead', 'Trace') and 'Activity Buffer' not in name:
             bars[(pid, tid)].append((start, end - start, short_name(name)))
     label = {k: re.sub(r'\bstream (\d+)', r'CUDA 流 \1', re.sub(r'\bthread (\d+)', r'线程 \1', ' '.join(
         filter(None, (names.get((k[0], None)), names.get(k)))))) or f'{k[0]}/{k[1]}' for k in bars}
@@ -175,8 +169,9 @@ def timeline(trace, ax=None, title=None, rows=None, legend=6, colours=None):
         same = sorted(k for k in label if label[k] == text)
         for i, k in enumerate(same if len(same) > 1 else []):
             label[k] = f'{text} #{i + 1}'
-    keys = sorted((k for k in bars if not _internal({}, label[k]) and (rows is None or rows(label[k]))
-                   and not (isinstance(k[0], int) and k[0] < 0)), key=lambda k: label[k])
+    keys = sorted((k for k in bars if not label[k].startswith(('Spans', 'PyTorch Profiler'))
+                   and (rows is None or rows(label[k])) and not (isinstance(k[0], int) and k[0] < 0)),
+                  key=lambda k: label[k])
     if not keys:
         raise ValueError('timeline：trace 里没有计时的事件，请传入含 X 或成对 B/E 事件的 trace')
     t0 = min(ts for k in keys for ts, _, _ in bars[k])

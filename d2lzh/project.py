@@ -1,10 +1,9 @@
 """The project's own facts, written once (beyond the book): :data:`NOTEBOOKS`, the one registry
 of the notebooks (read by the Makefile, the scripts, the installer and the tests), and the
-repository URL (from pyproject.toml's ``[project.urls] Source``). ``python d2lzh/project.py
-notebooks mxnet|pytorch|all`` (no package import) prints the paths for the Makefile."""
+repository URL (from pyproject.toml's ``[project.urls] Source``). Plain Python: the Makefile's
+scripts/make_args.py loads it without importing the package."""
 import importlib.metadata
 import re
-import sys
 from collections import namedtuple
 from pathlib import Path
 
@@ -86,9 +85,3 @@ def url(path, kind='raw'):
             'tree': f'https://github.com/{owner}/{name}/tree/{branch}/{path}',
             'colab': f'https://colab.research.google.com/github/{owner}/{name}/blob/'
                      f'{branch}/{path}'}[kind]
-
-
-if __name__ == '__main__':
-    if len(sys.argv) != 3 or sys.argv[1] != 'notebooks':
-        sys.exit('用法：python d2lzh/project.py notebooks mxnet|pytorch|all')
-    print(' '.join(notebooks(sys.argv[2])))

@@ -313,7 +313,7 @@ def test_runner_keeps_both_editions_and_never_overwrites(tmp_path):
     pt_nb = tmp_path / 'notebooks' / 'pytorch' / '01_same.ipynb'
     write_nb(mx_nb, ['import d2lzh as d2l', "d2l.record('speed', 2.5, 'x')"], title='MX title')
     write_nb(pt_nb, ['import d2lzh as d2l\nfrom d2lzh import data',
-                     'data.note_data_subset(256)',
+                     "data.CONTEXT['subset'] = 256",
                      "d2l.record('test_acc_2dev', 0.11, what='两个设备的测试准确率', "
                      "tags=['2 个设备 = 同一组 CPU 核心'])",
                      "d2l.record('epoch_time_1dev', 3.0, 's', note='mean of 2 epochs')"],
