@@ -24,8 +24,8 @@ class Benchmark:  #@save
 
 
 class Timer:
-    """Wall-clock intervals, seconds: ``start()``, ``stop()`` (the length), ``sum()``, ``avg()``,
-    ``times``. It does not synchronise: call the framework's sync point before ``stop()``."""
+    """Wall-clock intervals, seconds: ``start()``, ``stop()`` (the length), ``times`` (all of
+    them). It does not synchronise: call the framework's sync point before ``stop()``."""
 
     def __init__(self):
         self.times = []
@@ -42,14 +42,6 @@ class Timer:
         self.times.append(time.perf_counter() - self._start)
         self._start = None
         return self.times[-1]
-
-    def sum(self):
-        """Total of all intervals, seconds."""
-        return sum(self.times)
-
-    def avg(self):
-        """Mean interval, seconds (0.0 when there is none)."""
-        return self.sum() / len(self.times) if self.times else 0.0
 
 
 def format_ratio(value):

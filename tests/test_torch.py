@@ -263,6 +263,7 @@ def test_train_is_one_screen():
     ({'momentum': 1.0}, 'momentum=1.0'),
     ({'capture_after': 0}, 'capture_after=0'),
     ({'cuda_graph': True, 'lr_schedule': 'linear'}, '要 fused_sgd=True'),
+    ({'checkpoint': 5}, 'checkpoint=5 无效：请用文件名或 None'),
 ])
 def test_recipe_rejects_with_the_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):

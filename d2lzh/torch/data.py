@@ -8,7 +8,6 @@ import torch.nn.functional as F
 from .. import checks as _checks, data as _data, jobs as _jobs
 from .book import num_gpus
 
-__all__ = ['FashionMNISTIter', 'ShardIter', 'load_data_fashion_mnist']
 
 
 class FashionMNISTIter(_data.MinibatchIter):

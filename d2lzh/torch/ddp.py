@@ -4,6 +4,7 @@ Python: ``d2l.run_ddp``): :func:`ddp_worker` trains with :func:`d2lzh.torch.reci
 on its shard as its flags, the fields of ``Recipe`` and :class:`Job`, say."""
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -28,7 +29,6 @@ from .recipe import FAST, Recipe, capture_stream, doc, train_fast
 
 _IMPORTED = time.time()  # torch and d2lzh imported: the first of a worker's marks
 
-__all__ = ['Job', 'ddp_worker', 'main', 'init_process_group', 'dataset']
 
 @dataclasses.dataclass(frozen=True)
 class Job:
@@ -117,16 +117,13 @@ def init_process_group(backend, timeout):
 
 
 _job_store = None  # this attempt's keys in torchrun's store, once the job is joined
-_DATASETS = {}  # max_examples -> Fashion-MNIST's arrays, loaded once per process
 
 
+@functools.cache
 def dataset(max_examples=None):
     """:func:`d2lzh.data.load_fashion_mnist` (``max_examples``), loaded once per process and
     kept: workers forked after it was loaded (``python -m d2lzh.torch.launch``) share it."""
-    if max_examples not in _DATASETS:
-        _DATASETS[max_examples] = _data.load_fashion_mnist(max_examples=max_examples,
-                                                           progress=False)
-    return _DATASETS[max_examples]
+    return _data.load_fashion_mnist(max_examples=max_examples, progress=False)
 
 
 def _after_a_peer(err):

@@ -21,13 +21,12 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from ..checks import check_positive_int
+from ..checks import check_positive_int, whole
 from .book import synchronize
 from .ddp import (Job, _parse, choose_backend, dataset, ddp_worker, init_process_group,
                   summary)
 from .recipe import Recipe
 
-__all__ = ['run_ddp', 'measure_allreduce', 'main']
 
 
 def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job):
@@ -40,7 +39,7 @@ def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job
     more NCCL processes than GPUs; RuntimeError
     (from ``ChildFailedError``): a worker failed, naming its rank, exit code and last line."""
     check_positive_int('world_size', world_size)
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+    if not whole(max_restarts, 0):
         raise ValueError(f'max_restarts={max_restarts!r} 无效：请用不小于 0 的整数')
     unknown = sorted(set(job) - {f.name for f in dataclasses.fields(Job)})
     if unknown:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-__all__ = ['LADDER', 'LADDER_BASE', 'ladder_configs', 'ladder_recipe', 'cold_start']
 
 #: Notebook 07's ladder of techniques, which bench/bench_torch.py measures too: (key, name,
 #: Chinese label, the step it builds on, what it changes of :data:`LADDER_BASE`); data: 'host'

@@ -14,9 +14,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..checks import check, flag_rules, real, whole
 from .book import evaluate_accuracy, synchronize
+from .train import print_epoch
 
-__all__ = ['Recipe', 'FAST', 'train_fast', 'TrainStep', 'FusedSGD', 'learning_rates',
-           'capture_stream']
 
 
 def doc(default, help):
@@ -57,7 +56,7 @@ class Recipe:
     checkpoint: str = doc(None, 'file saved after each epoch (rank 0), resumed from')
 
     def __post_init__(self):
-        if self.checkpoint is not None:
+        if isinstance(self.checkpoint, os.PathLike):
             object.__setattr__(self, 'checkpoint', os.fspath(self.checkpoint))
         check(self, [
             ('batch_size', whole(self.batch_size, 1), '不小于 1 的整数'),
@@ -330,21 +329,6 @@ def _sync(device, ddp, data_iter=None, epoch=None):
     return time.perf_counter()
 
 
-def _check_batch_size(train_iter, recipe):
-    size = getattr(train_iter, 'batch_size', recipe.batch_size)
-    if size != recipe.batch_size:
-        raise ValueError(f'train_iter 的批量大小是 {size}，recipe.batch_size 却是 '
-                         f'{recipe.batch_size}：请按 recipe 的批量大小加载数据，或传入 '
-                         f'dataclasses.replace(recipe, batch_size={size})')
-
-
-def _print_epoch(history, epoch, acc, examples, reached):
-    seconds = history['epoch_times'][-1]
-    print(f'迭代周期 {epoch + 1}：损失 {history["train_loss"][-1]:.3f}，测试准确率 '
-          f'{"-" if acc is None else f"{acc:.3f}"}，{seconds:.2f} 秒（{examples / seconds:.0f} '
-          '张/秒）' + (f'，达到目标 {reached}' if reached else ''))
-
-
 def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
     """Train as ``recipe`` says (beyond the book; arguments and timing of d2l.train). With DDP:
     the wrapped model and this process's shard; rank 0 evaluates, decides when to stop, saves.
@@ -352,7 +336,11 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
     reached (None or {'epoch', 'test_acc', 'seconds'}). ValueError: batches of another size
     than recipe.batch_size, another optimizer's checkpoint."""
     called, device = time.perf_counter(), torch.device(device)
-    _check_batch_size(train_iter, recipe)
+    size = getattr(train_iter, 'batch_size', recipe.batch_size)
+    if size != recipe.batch_size:
+        raise ValueError(f'train_iter 的批量大小是 {size}，recipe.batch_size 却是 '
+                         f'{recipe.batch_size}：请按 recipe 的批量大小加载数据，或传入 '
+                         f'dataclasses.replace(recipe, batch_size={size})')
     ddp, fmt = isinstance(net, DistributedDataParallel), recipe.memory_format
     module = net.module if ddp else net.to(device, memory_format=fmt)
     step, saves = TrainStep(net, recipe, device), not ddp or torch.distributed.get_rank() == 0
@@ -386,7 +374,7 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
             history['reached'] = {'epoch': epoch + 1, 'test_acc': acc,
                                   'seconds': time.perf_counter() - called}
         if verbose:
-            _print_epoch(history, epoch, acc, examples, stop and recipe.target_accuracy)
+            print_epoch(history, epoch, acc, examples, stop and recipe.target_accuracy)
         if recipe.checkpoint is not None and saves:
             _save(recipe, epoch, module, step, history)
         if stop:

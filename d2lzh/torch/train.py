@@ -7,7 +7,6 @@ from torch import nn
 
 from .book import evaluate_accuracy, synchronize
 
-__all__ = ['train', 'train_data_parallel']
 
 
 def train(net, train_iter, test_iter, num_epochs, lr, device, verbose=True):
@@ -40,11 +39,18 @@ def train(net, train_iter, test_iter, num_epochs, lr, device, verbose=True):
         history['test_acc'].append(evaluate_accuracy(test_iter, net, device))
         history['examples'] = examples
         if verbose:
-            print(f'迭代周期 {epoch + 1}：损失 {history["train_loss"][-1]:.3f}，测试准确率 '
-                  f'{history["test_acc"][-1]:.3f}，{history["epoch_times"][-1]:.2f} 秒'
-                  f'（{examples / history["epoch_times"][-1]:.0f} 张/秒）')
+            print_epoch(history, epoch, history['test_acc'][-1], examples)
     history['images_per_s'] = history['examples'] / min(history['epoch_times'])
     return history
+
+
+def print_epoch(history, epoch, acc, examples, reached=None):
+    """Print epoch ``epoch``'s line (0-based) of ``history`` (train's or train_fast's): loss,
+    test accuracy ``acc`` (None: '-'), seconds, images/s of ``examples``, ``reached`` target."""
+    seconds = history['epoch_times'][-1]
+    print(f'迭代周期 {epoch + 1}：损失 {history["train_loss"][-1]:.3f}，测试准确率 '
+          f'{"-" if acc is None else f"{acc:.3f}"}，{seconds:.2f} 秒（{examples / seconds:.0f} '
+          '张/秒）' + (f'，达到目标 {reached}' if reached else ''))
 
 
 def train_data_parallel(net, train_iter, test_iter, num_epochs, lr, devices, verbose=True):
