@@ -9,7 +9,6 @@ from .. import checks as _checks, data as _data, jobs as _jobs
 from .book import num_gpus
 
 
-
 class FashionMNISTIter(_data.MinibatchIter):
     """Minibatches ``(X, y)`` of ``images`` (uint8 (N, 28, 28)) and ``labels`` (int (N,)): X
     float32 (batch, 1, H, W) in [0, 1] (bilinear ``resize`` x ``resize`` if given), y int64

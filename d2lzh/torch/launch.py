@@ -28,7 +28,6 @@ from .ddp import (Job, _parse, choose_backend, dataset, ddp_worker, init_process
 from .recipe import Recipe
 
 
-
 def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job):
     """Run :func:`d2lzh.torch.ddp.ddp_worker` (``recipe``; the keywords: fields of
     :class:`d2lzh.torch.ddp.Job`, ``verbose`` False here) in ``world_size`` processes of this

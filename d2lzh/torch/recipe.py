@@ -17,7 +17,6 @@ from .book import evaluate_accuracy, synchronize
 from .train import print_epoch
 
 
-
 def doc(default, help):
     """A dataclass field with a default and ``help`` (the torchrun worker's flag says it)."""
     return dataclasses.field(default=default, metadata={'help': help})

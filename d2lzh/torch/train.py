@@ -8,7 +8,6 @@ from torch import nn
 from .book import evaluate_accuracy, synchronize
 
 
-
 def train(net, train_iter, test_iter, num_epochs, lr, device, verbose=True):
     """Train classifier ``net`` (moved to ``device``) for ``num_epochs`` with minibatch SGD at rate
     ``lr`` and cross-entropy loss, fp32 (book 8.5); ``train_iter``, ``test_iter`` yield ``(X, y)``,
