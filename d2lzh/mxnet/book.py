@@ -12,13 +12,10 @@ from ..data import choose_max_examples  # noqa: F401  (a book name of this editi
 from ..setup import import_mxnet
 from ..setup.cuda11 import no_gpu_warning
 from ..setup.gpus import GPUQueryError, query_gpus
-from . import BOOK_NAMES
 
 mx = import_mxnet()
 from mxnet import autograd, gluon, nd  # noqa: E402, F401 (book names)
 from mxnet.gluon import nn  # noqa: E402
-
-__all__ = list(BOOK_NAMES)
 
 
 def gpu_name(i):

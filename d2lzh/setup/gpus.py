@@ -1,9 +1,9 @@
-"""The NVIDIA GPUs of this machine: d2lzh's one ``nvidia-smi`` query (beyond the book), from
-which the installer chooses the MXNet build and the MXNet edition names GPUs (``gpu_name``)."""
+"""The NVIDIA GPUs of this machine: d2lzh's one ``nvidia-smi`` query (beyond the book),
+from which the installer chooses the MXNet build and the MXNet edition names GPUs
+(``gpu_name``); how many the edition in use can use, as its face registers it."""
 import re
 import shutil
 import subprocess
-import sys
 from collections import namedtuple
 
 GPU = namedtuple('GPU', 'name compute_capability')
@@ -45,12 +45,21 @@ def query_gpus(timeout=30):
     return gpus
 
 
+_EDITIONS = {}  # edition -> how many GPUs it can use (a function), in order of import
+
+
+def register_edition(name, count_gpus):
+    """Called by each face on import: ``count_gpus()`` is how many GPUs edition ``name``
+    can use (int), or None while it is not in use. Returns None."""
+    _EDITIONS[name] = count_gpus
+
+
 def gpus_in_use():
     """How many GPUs the d2lzh edition the notebook imported can use (int), or None when it
-    imported none (for :func:`d2lzh.data.choose_max_examples` and :func:`d2lzh.results.record`)."""
-    if 'd2lzh.torch' in sys.modules:
-        return int(sys.modules['d2lzh.torch'].num_gpus())
-    if 'd2lzh.mxnet.book' in sys.modules:  # (d2lzh.mxnet alone does not import MXNet)
-        book = sys.modules['d2lzh.mxnet.book']
-        return sum(c.device_type == 'gpu' for c in book.try_all_gpus())
+    imported none (for :func:`d2lzh.data.choose_max_examples` and
+    :func:`d2lzh.results.record`). The face registered last answers first: PyTorch's
+    imports MXNet's before it."""
+    for count in reversed(list(_EDITIONS.values())):
+        if (n := count()) is not None:
+            return int(n)
     return None

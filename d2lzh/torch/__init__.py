@@ -11,6 +11,7 @@ from ..jobs import batch_indices  # noqa: F401
 from ..plot import bar_chart, set_figsize, timeline  # noqa: F401
 from ..results import load_reference, output_dir, record  # noqa: F401
 from ..setup import lazy_names
+from ..setup.gpus import register_edition
 from ..timing import NOISE, Benchmark, Timer, format_ratio, paired_times, speedup  # noqa: F401
 from ..trace import draw, events, overlap_ms, torch_ops  # noqa: F401
 from .book import *  # noqa: F401,F403
@@ -29,3 +30,4 @@ __all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'NOISE', 'format
            'train_data_parallel', 'Recipe', 'FAST', 'TrainStep', 'train_fast', 'LADDER',
            'ladder_configs', 'ladder_recipe', 'cold_start', *_LAZY]
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
+register_edition('torch', num_gpus)  # noqa: F405  (num_gpus: from .book's star import)
