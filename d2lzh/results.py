@@ -26,12 +26,12 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
     ``unit``: e.g. ``'s'``, ``'images/s'``, ``'x'`` (a speed-up: the summary's chart shows it);
     ``note``: free text; ``what``: the figure in words, in the notebook's language (the summary
     line, the chart's label); ``tags``: what it was measured on that a reader must know, e.g.
-    ``['2 个设备 = 同一组 CPU 核心']``; ``spread``: (low, high) over repeats, in ``unit``;
-    ``headline``: the notebook's headline figure; ``kind``: one of :data:`KINDS` or None (the
-    summary then guesses from ``unit`` and ``key``: pass ``'ratio'`` for a ratio in ``'x'`` that
-    is not a speed-up); ``subset``: its training images (default: the last choice of
-    :func:`d2lzh.data.choose_max_examples`; None: no subset). ValueError: ``key`` empty or not a
-    str, ``note``/``what`` not a str, ``spread`` not a pair, ``kind`` not in :data:`KINDS`."""
+    ``['2 个设备 = 同一组 CPU 核心']``; ``spread``: (low, high) over repeats, in ``unit``, unrounded
+    like ``value`` (the summary rounds); ``headline``: the notebook's headline figure; ``kind``: one
+    of :data:`KINDS` or None (the summary then guesses from ``unit`` and ``key``: ``'ratio'`` for a
+    ratio in ``'x'`` that is not a speed-up); ``subset``: its training images (default: the last
+    choice of :func:`d2lzh.data.choose_max_examples`; None: no subset). ValueError: ``key`` empty
+    or not a str, ``note``/``what`` not a str, ``spread`` not a pair, ``kind`` not in KINDS."""
     if not isinstance(key, str) or not key:
         raise ValueError(f'record 的 key={key!r} 无效：请用非空的字符串')
     for name, text in (('note', note), ('what', what)):

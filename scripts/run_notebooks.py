@@ -23,7 +23,8 @@ print there, e.g. the profiler's) goes to ``NAME.attempt/NAME.stderr.log``, kept
 failed attempt. ``<edition>`` is the notebook's edition in the registry :mod:`d2lzh.project`
 (for any other notebook: ``pytorch`` in a folder named ``pytorch``, else ``mxnet``); without
 notebooks it runs the MXNet edition's. Exits with 1 if a notebook failed (naming the cell as Jupyter shows it:
-``[4]`` and the first line of its source), 130 when interrupted, 2 for a bad command line.
+``[4]`` and the first line of its source) or a record broke the summary (naming the record and
+the fix; the notebooks' results are kept), 130 when interrupted, 2 for a bad command line.
 
     python scripts/run_notebooks.py [NOTEBOOK ...] [--build build] [--timeout S]
     python scripts/run_notebooks.py --stored [NOTEBOOK ...] [--build build]
@@ -51,7 +52,7 @@ from execute import Progress, cell_label, execute  # noqa: E402,F401 (cell_label
 from lab import relink_markdown  # noqa: E402
 from render_html import ensure_mathjax, notebook_title, render_html  # noqa: E402
 from run_summary import HISTORY, history_entry, load_history, load_rows  # noqa: E402
-from run_summary import summary_lines, write_summary  # noqa: E402
+from run_summary import SummaryError, check_rows, summary_lines, write_summary  # noqa: E402
 
 
 class UsageError(Exception):
@@ -268,7 +269,7 @@ def _render_page(build):
 
 def run_all(notebooks, build, timeout):
     """Run ``notebooks`` one after the other, write the summary and print its lines.
-    Returns the exit status: 0, 1 (a notebook failed) or 130 (interrupted)."""
+    Returns the exit status: 0, 1 (a notebook or the summary failed) or 130 (interrupted)."""
     for edition in sorted({edition_of(p) for p in notebooks}):
         check_writable(build / 'run' / edition / 'results', build)
     rows, start = [], time.perf_counter()
@@ -284,12 +285,8 @@ def run_all(notebooks, build, timeout):
               '它上一次成功运行的结果没有改变', flush=True)
         if row['interrupted']:
             break
-    if any(r['status'] == 'ok' for r in rows) or not (build / 'run' / 'summary.md').exists():
-        results, history = write_summary(build, _render_page(build))
-    else:  # nothing changed: the summary files stay as they are
-        results, history = load_rows(build), load_history(build)
+    summarised = summarise(rows, build)
     out = rel(build / 'run')
-    print('\n' + '\n'.join(summary_lines(results, history)))
     print(f'\n本次运行：{len(rows)} 个笔记本，用时 {time.perf_counter() - start:.0f} 秒。保留的各次运行的汇总：'
           f'{out}/summary.md（图：summary.png，网页：summary.html）；执行过的笔记本和网页：'
           f'{out}/<edition>/')
@@ -299,7 +296,27 @@ def run_all(notebooks, build, timeout):
                   f"（输出在 {rel(r['attempt'])}/）", file=sys.stderr)
     if rows and rows[-1].get('interrupted'):
         return 130
-    return 1 if any(r['status'] != 'ok' for r in rows) else 0
+    return 1 if any(r['status'] != 'ok' for r in rows) or not summarised else 0
+
+
+def summarise(rows, build):
+    """Write the summary (when a notebook ran well or there is none yet) and print its lines.
+    False when a record broke it: then it says so on stderr, in Chinese, with the record and
+    the fix (:class:`run_summary.SummaryError`); the notebooks' results and the earlier
+    summary files stay as they were."""
+    try:
+        if any(r['status'] == 'ok' for r in rows) or not (build / 'run' / 'summary.md').exists():
+            results, history = write_summary(build, _render_page(build))
+        else:  # nothing changed: the summary files stay as they are
+            results, history = load_rows(build), load_history(build)
+            check_rows(results, history, build)
+    except SummaryError as err:
+        out = rel(build / 'run')
+        print(f'\n错误：没有更新汇总（{out}/summary.md、summary.png、summary.html 保持原样）：{err}。'
+              f'各笔记本成功运行的结果已经保存在 {out}/<edition>/ 里，不受影响。', file=sys.stderr)
+        return False
+    print('\n' + '\n'.join(summary_lines(results, history)))
+    return True
 
 
 def render_stored(notebooks, build):

@@ -17,20 +17,20 @@ One rule for numbers (:func:`format_value`). ``summary.png`` charts each noteboo
 speed-up or headline ratio (the latter in its own colour, no verdict); ``summary.html`` shows both
 on one page.
 """
-import json
 import math
-import os
 import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from d2lzh.timing import direction, format_ratio  # noqa: E402
-from summary_chart import draw_chart  # noqa: E402  (summary.png)
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from d2lzh.timing import direction  # noqa: E402
+from summary_chart import chartable, draw_chart, ratio_text  # noqa: E402  (summary.png)
+from summary_records import EDITIONS, HISTORY, SummaryError, broken  # noqa: E402,F401
+from summary_records import load_history, load_rows, number, spread_of  # noqa: E402,F401
 
 TRAIN_SIZE = 60000  # Fashion-MNIST's training set (d2lzh.data.TRAIN_SIZE)
-EDITIONS = {'mxnet': ('MXNet', 'notebooks/'), 'pytorch': ('PyTorch', 'notebooks/pytorch/')}
-HISTORY, HISTORY_RUNS = 'history.jsonl', 3  # runs of a headline figure shown in its line
+HISTORY_RUNS = 3  # runs of a headline figure shown in its line
 CHANCE, NEAR_CHANCE = 0.10, 0.05  # a guess among Fashion-MNIST's 10 classes, and how near
 #: Tags that give a reason the notebook did not measure: said among what the machine cannot
 #: show, never beside a number (the notebooks should record them as words of their own).
@@ -52,6 +52,7 @@ QUESTIONS = {
     '8.4': '把小批量分给 2 个设备，训练能不能更快？',
     '8.5': '用框架自带的数据并行在 2 个设备上训练，能不能更快？',
     '多机训练': '参数服务器的每一步，通信要花多少时间？'}
+NOTHING = '还没有哪个笔记本成功运行过：运行 make run 之后，这里汇总它们测得的数字。'
 READING = ('读法：加速比 = 之前的用时 / 之后的用时，取多次重复的中位数，括号里是各次重复的范围；'
            '各次重复不全在 1 的同一侧、或中位数离 1 不到 10% 时写“测不出明显差别”，不说快慢。')
 
@@ -75,7 +76,7 @@ def kind_of(key, fig):
         return fig['kind']
     if fig.get('unit') == 'x':
         return 'ratio' if 'ratio' in key else 'speedup'
-    fraction = isinstance(fig['value'], float) and 0 <= fig['value'] <= 1
+    fraction = isinstance(fig.get('value'), float) and 0 <= fig['value'] <= 1
     return 'accuracy' if not fig.get('unit') and 'acc' in key.split('_') and fraction else None
 
 
@@ -84,12 +85,16 @@ UNIT_WORDS = {'images/s': '张/秒', 'kernels': '个核函数'}
 
 
 def format_value(value, unit='', kind=None):
-    """The one rule: ratios ``0.99×`` (2 decimals; ``0.997×`` where 2 would read 1.00), accuracies ``0.70``, anything else 3
-    significant digits (no exponent) and its unit; ints and text as they are."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """The one rule: ratios ``0.99×`` (2 decimals; ``0.997×`` where 2 would read 1.00; 2
+    significant digits below 0.1, ``0.0031×``: :func:`summary_chart.ratio_text`), accuracies
+    ``0.70``, anything else 3 significant digits (no exponent) and its unit; ints, text and
+    numbers that are not finite as they are; None is 没有数值."""
+    if value is None:
+        return '没有数值'
+    if not number(value):
         text = str(value)
     elif unit == 'x' or kind in ('speedup', 'ratio'):
-        return f'{format_ratio(value)}×'
+        return f'{ratio_text(value)}×'
     elif kind == 'accuracy':
         text = f'{value:.2f}'
     elif isinstance(value, int):
@@ -97,35 +102,46 @@ def format_value(value, unit='', kind=None):
     else:
         digits = 0 if value == 0 else max(0, 2 - math.floor(math.log10(abs(value))))
         text = f'{value:.{digits}f}'
-    return f'{text} {UNIT_WORDS.get(unit, unit)}'.strip()
-
+    return f'{text}×' if unit == 'x' else f'{text} {UNIT_WORDS.get(unit, unit)}'.strip()
 
 
 def verdict(fig):
     """What a ratio's range supports, by the notebooks' rule (:func:`d2lzh.timing.direction`):
-    ``'faster'``, ``'slower'``, ``'same'`` (no clear difference) or None (no range recorded)."""
-    if not fig.get('spread'):
+    ``'faster'``, ``'slower'``, ``'same'`` (no clear difference) or None (no whole range, or
+    no number, recorded)."""
+    if spread_of(fig) is None or not number(fig.get('value')):
         return None
-    low, high = fig['spread']
-    return {1: 'faster', -1: 'slower', 0: 'same'}[direction(fig['value'], low, high)]
+    return {1: 'faster', -1: 'slower', 0: 'same'}[direction(fig['value'], *spread_of(fig))]
 
 
 def _range(fig, kind):
-    low, high = fig['spread']
-    return f"{format_value(float(low), fig.get('unit', ''), kind)}–" \
-           f"{format_value(float(high), fig.get('unit', ''), kind)}"
+    return '–'.join(format_value(x, fig.get('unit', ''), kind) for x in spread_of(fig))
+
+
+def _no_range(fig):
+    """Why a ratio gets no verdict: no number, no range recorded, or only part of one."""
+    if not number(fig.get('value')):
+        return '没有记录数值，不判断快慢'
+    return f"没有记录{'完整的' if fig.get('spread') else ''}重复的范围，不判断快慢"
+
+
+def _near_chance(key, fig):
+    return number(fig.get('value')) and kind_of(key, fig) == 'accuracy' and \
+        abs(fig['value'] - CHANCE) <= NEAR_CHANCE
 
 
 def value_text(key, fig):
     """``1.17×（1.16×–1.18×）``; a speed-up without a clear direction adds 测不出明显差别; an accuracy
     near chance and one trained on a subset say so."""
     kind = kind_of(key, fig)
-    text = format_value(fig['value'], fig.get('unit', ''), kind)
-    if fig.get('spread'):
+    text = format_value(fig.get('value'), fig.get('unit', ''), kind)
+    if spread_of(fig):
         same = '，测不出明显差别' if kind == 'speedup' and verdict(fig) == 'same' else ''
         text += f'（{_range(fig, kind)}{same}）'
+    elif fig.get('spread'):
+        text += f'（{_no_range(fig)}）'
     if kind == 'accuracy':
-        if abs(fig['value'] - CHANCE) <= NEAR_CHANCE:
+        if _near_chance(key, fig):
             text += f'（接近随机猜测的 {CHANCE:.2f}）'
         if fig.get('subset') is not None:
             text += f"（只用了前 {fig['subset']} 张训练图像）"
@@ -154,16 +170,6 @@ def measured_on(fig, key=''):
 
 
 # ---------------------------------------------------------------- rows and history
-def load_rows(build):
-    """Every notebook whose results are in ``build/run/``: {edition: [row, ...]}."""
-    rows = {}
-    for path in sorted((Path(build) / 'run').glob('*/results/*.json')):
-        row = json.loads(path.read_text(encoding='utf-8'))
-        rows.setdefault(row['edition'], []).append(row)
-    return dict(sorted(rows.items(), key=lambda kv: list(EDITIONS).index(kv[0])
-                       if kv[0] in EDITIONS else len(EDITIONS)))
-
-
 def history_entry(row):
     """One line of ``history.jsonl`` for a successful run: when, how long, its headline
     key and the value of every figure."""
@@ -172,30 +178,15 @@ def history_entry(row):
             'figures': {k: f['value'] for k, f in row['figures'].items()}}
 
 
-def load_history(build):
-    """{(edition, name): [entry, ...]} from ``build/run/history.jsonl``, oldest first;
-    a line that is not JSON (a run cut off while writing it) is skipped."""
-    out = {}
-    path = Path(build) / 'run' / HISTORY
-    if path.exists():
-        for line in path.read_text(encoding='utf-8').splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            out.setdefault((entry['edition'], entry['name']), []).append(entry)
-    return out
-
-
 def _earlier(row, key, history):
     """``最近 3 次运行：1.20×、1.75×、1.80×`` for a figure seen in two or more runs."""
     values = [e['figures'][key] for e in history.get((row['edition'], row['name']), [])
-              if key in e.get('figures', {})][-HISTORY_RUNS:]
+              if number(e['figures'].get(key))][-HISTORY_RUNS:]
     if len(values) < 2:
         return ''
     fig = row['figures'][key]
     return f"最近 {len(values)} 次运行：" + '、'.join(
-        format_value(float(v), fig.get('unit', ''), kind_of(key, fig)) for v in values)
+        format_value(v, fig.get('unit', ''), kind_of(key, fig)) for v in values)
 
 
 # ---------------------------------------------------------------- text
@@ -238,8 +229,7 @@ def machine_notes(edition, rows):
                      '的数字来自训练数据的子集（没有 GPU 时的默认设置，让一次运行几分钟内结束；'
                      '或由 D2LZH_MAX_EXAMPLES 指定）：迭代周期的用时只对应这个子集，测试准确率也会偏低。'
                      '书中的设置需要 GPU，或设 D2LZH_MAX_EXAMPLES=all。')
-    if any(kind_of(k, f) == 'accuracy' and abs(f['value'] - CHANCE) <= NEAR_CHANCE
-           for k, f in figures):
+    if any(_near_chance(k, f) for k, f in figures):
         notes.append(f'测试准确率接近 {CHANCE:.2f} 的模型什么也没学会（10 个类别里随机猜测）：'
                      '只说明这样的设置在这里训练不起来。')
     return notes + [READING]
@@ -261,15 +251,15 @@ def takeaway(row):
     if key is None:
         return f'{head}没有记录任何数字。'
     kind, subject = kind_of(key, fig), _subject(label(key, fig))
-    value = format_value(fig['value'], fig.get('unit', ''), kind)
-    if kind == 'ratio' and fig.get('spread'):
+    value = format_value(fig.get('value'), fig.get('unit', ''), kind)
+    if kind == 'ratio' and verdict(fig):
         text = f'比值 {value}（范围 {_range(fig, kind)}；本节只报比值，不判断快慢）'
-    elif kind == 'speedup' and fig.get('spread'):
+    elif kind == 'speedup' and verdict(fig):
         text = {'faster': f'快了 {value}（范围 {_range(fig, kind)}）',
                 'slower': f'反而慢了，只有原来速度的 {value}（范围 {_range(fig, kind)}）',
                 'same': f'测不出明显差别（{value}，范围 {_range(fig, kind)}）'}[verdict(fig)]
     elif kind in ('speedup', 'ratio'):
-        text = f'{value}（没有记录重复的范围，不判断快慢）'
+        text = f'{value}（{_no_range(fig)}）'
     else:
         text = value_text(key, fig)
     tags = measured_on(fig, key)
@@ -280,7 +270,8 @@ def takeaway(row):
 
 def notebook_line(row, history):
     """The table's line for a notebook: title, wall time, headline figure, earlier runs."""
-    head = f"{_title(row)}（{row['seconds']:.0f} 秒）"
+    seconds = row.get('seconds')
+    head = f"{_title(row)}（{f'{seconds:.0f} 秒' if number(seconds) else '用时不详'}）"
     if row.get('status', 'ok') != 'ok':
         return f"{head}：失败：{row.get('error', '')}"
     key, fig = headline(row['figures'])
@@ -299,7 +290,7 @@ def summary_lines(rows_by_edition, history):
         lines += [f'  - {n}' for n in machine_notes(edition, rows)]
         lines += ['每节的结论：'] + [f'  {takeaway(r)}' for r in rows]
         lines += ['每个笔记本的用时和主要结果：'] + [f'  {notebook_line(r, history)}' for r in rows]
-    return lines
+    return lines or [NOTHING]
 
 
 def summary_markdown(rows_by_edition, history, build=None, chart=True):
@@ -310,7 +301,8 @@ def summary_markdown(rows_by_edition, history, build=None, chart=True):
         return str(text).replace('|', '\\|').replace('\n', ' ')
 
     lines = ['# make run 的结果汇总', '',
-             '下面的数字都是这台机器上测得的（笔记本的正文可能引用保存的参考运行）。']
+             '下面的数字都是这台机器上测得的（笔记本的正文可能引用保存的参考运行）。'] + \
+        ([] if rows_by_edition else ['', NOTHING])
     for edition, rows in rows_by_edition.items():
         lines += ['', f'## {edition_header(edition, rows)}', '',
                   '### 这台机器能展示什么、不能展示什么', '']
@@ -340,42 +332,65 @@ def speedups(rows_by_edition):
     """The headline speed-up or ratio of each notebook (a figure that is not its headline is
     never charted), in the summary's order: dicts with edition, label (Chinese, with the
     conditions that change its reading, e.g. 2 个设备 = 同一组 CPU 核心), key, value, spread,
-    verdict (:func:`verdict`; ``'plain'`` for a ratio, which has none)."""
+    verdict (:func:`verdict`; ``'plain'`` for a ratio, which has none), record (its file). A
+    value the log axis cannot show (0, negative) is left out: the summary's text gives it."""
     out = []
     for edition, rows in rows_by_edition.items():
         short = EDITIONS.get(edition, (edition,))[0]
         for r in rows:
             for key, fig in r['figures'].items():
                 kind = kind_of(key, fig)
-                if kind in ('speedup', 'ratio') and isinstance(fig['value'], (int, float)) \
+                if kind in ('speedup', 'ratio') and chartable(fig.get('value')) \
                         and fig.get('headline'):
                     tags = '；'.join(t for t in measured_on(fig, key) if '=' in t or '代替' in t)
                     out.append({'edition': edition, 'key': f"{short} {r['name']}: {key}",
                                 'label': f"{short} {_title(r).split()[0]} "
                                          f"{_subject(label(key, fig))}" + (f'（{tags}）' if tags else ''),
-                                'value': float(fig['value']), 'spread': fig.get('spread'),
-                                'verdict': verdict(fig) if kind == 'speedup' else 'plain'})
+                                'value': float(fig['value']), 'spread': spread_of(fig),
+                                'verdict': verdict(fig) if kind == 'speedup' else 'plain',
+                                'record': r.get('record')})
     return out
 
 
 # ---------------------------------------------------------------- files
+def check_rows(rows_by_edition, history, build):
+    """Each row's summary text and chart item, made alone: SummaryError (:func:`broken`) names
+    the record of the first one that fails, before any summary file is replaced."""
+    for edition, rows in rows_by_edition.items():
+        for r in rows:
+            try:
+                summary_markdown({edition: [r]}, history)
+                summary_lines({edition: [r]}, history)
+                speedups({edition: [r]})
+            except Exception as err:  # whatever a record holds, the message names it
+                raise SummaryError(broken(build, err, r['record'])) from err
+
+
 def write_summary(build, render_page):
     """Write ``summary.md``, ``summary.png`` (when a speed-up was measured; else an older
     chart is removed) and ``summary.html`` (``render_page(markdown, dest)``) into
     ``build/run/``. Without matplotlib or nbconvert (a bare GPU machine) the chart or the
-    page is left out with a warning. Returns (rows by edition, history)."""
+    page is left out with a warning. Returns (rows by edition, history).
+
+    A record that breaks the summary or its chart raises :class:`SummaryError`, its message
+    naming the record and the fix, with the earlier summary files as they were: the chart is
+    drawn to a temporary file and replaces the older one only once drawn."""
     run = Path(build) / 'run'
     rows, history = load_rows(build), load_history(build)
-    items = speedups(rows)
-    chart = run / 'summary.png'
-    chart.unlink(missing_ok=True)
-    if items:
+    check_rows(rows, history, build)
+    items, chart, drawn = speedups(rows), run / 'summary.png', False
+    if not items:
+        chart.unlink(missing_ok=True)
+    else:
         try:
-            draw_chart(items, chart.with_suffix('.png.part'))
-            os.replace(chart.with_suffix('.png.part'), chart)
+            draw_chart(items, chart)
+            drawn = True
         except ImportError as err:
             print(f'  警告：没有画出加速比的图：{err}', flush=True)
-    text = summary_markdown(rows, history, build, chart=chart.exists())
+        except Exception as err:  # noqa: BLE001 (the runner says what to do)
+            raise SummaryError(broken(build, err, *sorted({str(it['record']) for it in items}))) \
+                from err
+    text = summary_markdown(rows, history, build, chart=drawn)
     (run / 'summary.md').write_text(text, encoding='utf-8')
     try:
         render_page(text, run / 'summary.html')

@@ -416,6 +416,87 @@ def test_summary_tags_come_from_the_recorded_figures(tmp_path):
     assert re.search(r'<img[^>]*src="summary\.png"', page) and '1.20×、1.75×、1.80×' in page
 
 
+# A notebook's run without its kernel (scripts/execute.py): it records what a real run of that
+# notebook recorded, through d2lzh.results.record; everything else of make run is real but the
+# HTML pages (MathJax and nbconvert: covered above).
+RECORDED = json.loads((ROOT / 'tests' / 'data' / 'make-run-mxnet-2cores.json').read_text('utf-8'))
+# PyTorch 02 as it recorded on a 2-core CPU before issue 47: its range rounded, the first
+# repeat's 25 s compile making its low bound 0.0, which the chart's log axis could not take.
+PYTORCH_02 = [('compile_speedup', 0.41, 'x', dict(spread=(0.0, 0.58), headline=True, kind='speedup',
+                                                  what='书中的 MLP 用 torch.compile 后的加速比')),
+              ('compile_first_call_s', 25.1, 's', {}),
+              ('fusion_speedup', 3.1, 'x', dict(spread=(2.9, 3.3), kind='speedup'))]
+PT_02, MX_04 = ROOT / 'notebooks/pytorch/02_hybridize.ipynb', ROOT / 'notebooks/04_auto-parallelism.ipynb'
+
+
+def _recorded_run(monkeypatch):
+    """Make run_notebooks.run_one's kernel record the figures a real run of each notebook did."""
+    from d2lzh import results
+
+    def execute(work, cwd, timeout, env, progress, log):
+        monkeypatch.setenv('D2LZH_RESULTS', env['D2LZH_RESULTS'])  # build/run/.../NAME.jsonl
+        name = Path(env['D2LZH_RESULTS']).stem
+        if Path(cwd).name == 'pytorch':
+            assert name == '02_hybridize'
+            for key, value, unit, kw in PYTORCH_02:
+                results.record(key, value, unit, subset=None, **kw)
+        else:
+            row = next(r for r in RECORDED['rows'] if r['name'] == name)
+            for key, fig in row['figures'].items():
+                results.record(key, fig['value'], fig['unit'], fig['note'], what=fig['what'],
+                               tags=fig['tags'], spread=fig['spread'], headline=fig['headline'],
+                               kind=fig.get('kind'), subset=fig['subset'])
+        return '', False
+
+    def render_html(nb, dest, *args, **kwargs):
+        Path(dest).write_text('<html></html>', encoding='utf-8')
+    monkeypatch.setattr(run_notebooks, 'execute', execute)
+    monkeypatch.setattr(run_notebooks, 'render_html', render_html)
+    monkeypatch.setattr(run_notebooks, 'ensure_mathjax', lambda area: Path(area) / 'mathjax')
+
+
+def test_pytorch_02_then_make_run_both_succeed(tmp_path, monkeypatch, capsys):
+    """Issue 47: `make run EDITION=pytorch NOTEBOOKS=02_hybridize` then `make run` (the MXNet
+    edition) both exit 0 on a CPU, with PyTorch 02's zero-bounded range from before the fix."""
+    _recorded_run(monkeypatch)
+    build = tmp_path / 'build'
+    assert run_notebooks.main(['--build', str(build), str(PT_02)]) == 0
+    chart = (build / 'run' / 'summary.png').read_bytes()
+    assert chart[:4] == b'\x89PNG'
+    assert run_notebooks.main(['--build', str(build)]) == 0
+    out = capsys.readouterr()
+    assert (build / 'run' / 'summary.png').read_bytes() not in (chart, b'')  # drawn again
+    text = (build / 'run' / 'summary.md').read_text('utf-8')
+    assert '## MXNet 版：每个笔记本' in text and '## PyTorch 版：每个笔记本' in text
+    assert '反而慢了，只有原来速度的 0.41×（范围 0.00×–0.58×）' in text
+    assert '错误' not in out.err and not list((build / 'run').glob('.*.part'))
+    assert len((build / 'run' / 'history.jsonl').read_text().splitlines()) == 8
+
+
+def test_a_record_that_breaks_the_summary_fails_the_run_and_keeps_its_results(tmp_path,
+                                                                               monkeypatch, capsys):
+    """A failed summary says, in Chinese, which record broke it and what to do; the exit status
+    says failure; the notebook's own results are kept, and so are the earlier summary files."""
+    _recorded_run(monkeypatch)
+    build = tmp_path / 'build'
+    assert run_notebooks.main(['--build', str(build), str(PT_02)]) == 0
+    before = {p: (build / 'run' / p).read_bytes() for p in ('summary.md', 'summary.png')}
+    broken = build / 'run' / 'pytorch' / 'results' / '02_hybridize.json'
+    broken.write_text('{"edition": "pytorch", "name": "02_hy', encoding='utf-8')  # cut off
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    assert run_notebooks.main(['--build', 'build', str(MX_04)]) == 1
+    err = capsys.readouterr().err
+    assert '错误：没有更新汇总（build/run/summary.md、summary.png、summary.html 保持原样）：' \
+        'build/run/pytorch/results/02_hybridize.json 让汇总出错（JSONDecodeError: ' in err, err
+    assert '请重新运行这个笔记本（make run EDITION=pytorch NOTEBOOKS=02_hybridize BUILD=build）' in err
+    assert '或者用 make clean BUILD=build 删掉之前的所有结果' in err
+    assert (build / 'run' / 'mxnet' / 'results' / '04_auto-parallelism.json').is_file()
+    assert {p: (build / 'run' / p).read_bytes() for p in before} == before
+    broken.unlink()  # the fix the message gives (here: the record removed, as make clean would)
+    assert run_notebooks.main(['--build', 'build', str(MX_04)]) == 0
+
+
 # ---------------------------------------------------------------- links
 def broken_links(page):
     """Every link of an HTML page that does not resolve: a relative one to a file that is

@@ -176,3 +176,146 @@ def test_record_keeps_a_kind_and_old_records_read_without_one(tmp_path, monkeypa
         == 'ratio'
     with pytest.raises(ValueError, match="kind='speed-up' 无效：请用 .* 之一或 None"):
         results.record('x', 1.0, 'x', kind='speed-up')
+
+
+# ---------------------------------------------------------------- any record
+# PyTorch 02's headline as an older notebook recorded it on a CPU: its range rounded to 2
+# decimals, the first repeat's 25 s compile made the low bound 0.0 (issue 47).
+ZERO_LOW = {'value': 0.41, 'unit': 'x', 'spread': [0.0, 0.58], 'headline': True, 'kind': 'speedup',
+            'what': '书中的 MLP 用 torch.compile 后的加速比', 'tags': ['CPU（2 个线程）'], 'gpus': 0}
+
+
+def _record(build, figures, edition='pytorch', name='02_hybridize', **row):
+    """Write one notebook's results file as run_notebooks.py does; returns its path."""
+    path = build / 'run' / edition / 'results' / f'{name}.json'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    row = dict({'notebook': f'notebooks/{name}.ipynb', 'edition': edition, 'name': name,
+                'title': '8.1 命令式和符号式混合编程', 'status': 'ok', 'seconds': 300.0,
+                'cpu_cores': 2, 'finished': '2026-11-28 10:00', 'figures': figures, 'error': ''},
+               **row)
+    path.write_text(json.dumps(row, ensure_ascii=False), encoding='utf-8')
+    return path
+
+
+def _summarise(build):
+    """write_summary with the real chart: (console lines, summary.md, the chart's bytes or None)."""
+    rows, history = run_summary.write_summary(
+        build, lambda text, dest: dest.write_text(text, encoding='utf-8'))
+    run = build / 'run'
+    chart = run / 'summary.png'
+    assert not [p.name for p in run.iterdir() if p.name.endswith('.part')]  # no temporary file
+    return (run_summary.summary_lines(rows, history), (run / 'summary.md').read_text('utf-8'),
+            chart.read_bytes() if chart.exists() else None)
+
+
+def test_a_zero_bound_is_charted_and_a_positive_ratio_never_reads_0(tmp_path):
+    _record(tmp_path, {'compile_speedup': ZERO_LOW,
+                       'fusion_speedup': dict(ZERO_LOW, headline=False, value=0.02,
+                                              spread=[0.0031, 0.058])})
+    lines, text, chart = _summarise(tmp_path)
+    assert chart[:4] == b'\x89PNG' and '](summary.png)' in text
+    take = next(ln for ln in lines if ln.startswith('  8.1 '))
+    # a bound recorded as 0 is shown as recorded; unrounded small ratios keep 2 digits
+    assert '反而慢了，只有原来速度的 0.41×（范围 0.00×–0.58×）' in take, take
+    assert '| 0.020×（0.0031×–0.058×） |' in text
+    assert [run_summary.format_value(v, 'x') for v in (0.0031, 0.00049, 0.1, 0.058)] == \
+        ['0.0031×', '0.00049×', '0.10×', '0.058×']
+
+
+def test_a_negative_or_zero_value_is_summarised_and_left_off_the_chart(tmp_path):
+    (tmp_path / 'run').mkdir()
+    (tmp_path / 'run' / 'summary.png').write_bytes(b'old chart')
+    _record(tmp_path, {'compile_speedup': dict(ZERO_LOW, value=-0.5, spread=[-1.0, 0.0])})
+    _record(tmp_path, {'copy_speedup': dict(ZERO_LOW, value=0, spread=None)}, name='01_use-gpu',
+            title='4.6 GPU计算')
+    lines, text, chart = _summarise(tmp_path)
+    assert chart is None and '](summary.png)' not in text  # nothing a log axis can show
+    assert '-0.50×（范围 -1.00×–0.00×）' in text and '0.00×（没有记录重复的范围，不判断快慢）' in text
+    # a positive value with a negative bound is charted, its error bar to the axis's edge
+    _record(tmp_path, {'compile_speedup': dict(ZERO_LOW, value=1.3, spread=[-2.0, 1.6])})
+    assert _summarise(tmp_path)[2][:4] == b'\x89PNG'
+
+
+@pytest.mark.parametrize('spread', [[None, 0.58], [0.58], [], [float('nan'), 0.58], 'x'])
+def test_a_missing_bound_is_no_range_and_no_verdict(tmp_path, spread):
+    _record(tmp_path, {'compile_speedup': dict(ZERO_LOW, spread=spread)})
+    lines, text, chart = _summarise(tmp_path)
+    assert chart[:4] == b'\x89PNG'
+    take = next(ln for ln in lines if ln.startswith('  8.1 '))
+    words = '没有记录完整的重复的范围' if spread else '没有记录重复的范围'
+    assert f'0.41×（{words}，不判断快慢）' in take, take
+    assert '慢了' not in take and '快了' not in take
+
+
+def test_a_missing_figure_or_value_is_said_in_words(tmp_path):
+    _record(tmp_path, {})
+    _record(tmp_path, {'speedup': {'unit': 'x', 'headline': True}}, name='03_async-computation',
+            title='8.2 异步计算')
+    _record(tmp_path, {'acc': {'value': None, 'kind': 'accuracy', 'spread': [0.1, 0.2]},
+                       'nan_speedup': {'value': float('nan'), 'unit': 'x', 'headline': True,
+                                       'spread': [float('inf'), 2.0]}},
+            name='04_auto-parallelism', title='8.3 自动并行计算', figures_note=None)
+    (tmp_path / 'run' / run_summary.HISTORY).write_text(
+        '{"edition": "pytorch", "name": "02_hybridize", "figures": null}\n7\n'
+        '{"edition": "pytorch", "name": "03_async-computation", "figures": {"speedup": "x"}}\n'
+        '{"edition": "pytorch", "name": "03_async-computation", "figures": {"speedup": 1.5}}\n')
+    lines, text, chart = _summarise(tmp_path)
+    assert chart is None
+    assert '  8.1 命令式和符号式混合编程：没有记录任何数字。' in lines
+    assert '8.2 异步计算：前端不等每一步的结果、让后端在后面执行，能快多少？speedup：' \
+        '没有数值（没有记录数值，不判断快慢）。' in '\n'.join(lines)
+    assert 'nan×（没有记录数值，不判断快慢）' in text  # NaN shown as recorded, no verdict
+
+
+def test_one_edition_only(tmp_path):
+    _record(tmp_path, {'compile_speedup': dict(ZERO_LOW, value=0.61, spread=[0.56, 0.65])})
+    lines, text, chart = _summarise(tmp_path)
+    assert lines[0] == 'PyTorch 版（notebooks/pytorch/）：2 个 CPU 核心，没有 PyTorch 能用的 GPU'
+    assert 'MXNet' not in '\n'.join(lines) + text and chart[:4] == b'\x89PNG'
+    assert '## PyTorch 版：每个笔记本' in text
+
+
+def test_an_empty_results_folder(tmp_path):
+    (tmp_path / 'run' / 'pytorch' / 'results').mkdir(parents=True)
+    (tmp_path / 'run' / 'summary.png').write_bytes(b'a chart of results no longer there')
+    lines, text, chart = _summarise(tmp_path)
+    assert lines == [run_summary.NOTHING] and run_summary.NOTHING in text and chart is None
+
+
+def test_the_previous_chart_stays_until_a_new_one_is_drawn(tmp_path, monkeypatch):
+    import summary_chart
+    path = _record(tmp_path, {'compile_speedup': dict(ZERO_LOW, value=0.61, spread=[0.56, 0.65])})
+    _, first_text, first = _summarise(tmp_path)
+    (tmp_path / 'run' / 'summary.png').write_bytes(b'previous chart')
+
+    def broken_axis(*args):
+        raise ValueError('math domain error')
+    monkeypatch.setattr(summary_chart, '_draw', broken_axis)
+    with pytest.raises(run_summary.SummaryError) as err:
+        _summarise(tmp_path)
+    assert (tmp_path / 'run' / 'summary.png').read_bytes() == b'previous chart'
+    assert (tmp_path / 'run' / 'summary.md').read_text('utf-8') == first_text
+    assert not [p for p in (tmp_path / 'run').iterdir() if p.name.endswith('.part')]
+    message = str(err.value)
+    assert f'{path} 让汇总出错（ValueError: math domain error）' in message
+    assert 'make run EDITION=pytorch NOTEBOOKS=02_hybridize BUILD=' in message
+    assert 'make clean BUILD=' in message
+    monkeypatch.undo()
+    assert _summarise(tmp_path)[2] == first  # drawn again: replaced
+
+
+@pytest.mark.parametrize('content, why', [
+    ('{"edition": "pytorch", "name": "02_hyb', 'JSONDecodeError'),
+    ('[1, 2]', '不是 make run 写下的笔记本记录'),
+    ('{"edition": "pytorch", "name": "02_hybridize", "figures": {"a": 1}}', 'figures 不是'),
+    ('{"edition": "pytorch", "name": "02_hybridize", "title": 5}', 'AttributeError')])
+def test_a_record_that_breaks_the_summary_is_named_with_the_fix(tmp_path, content, why):
+    path = _record(tmp_path, {})
+    path.write_text(content, encoding='utf-8')
+    with pytest.raises(run_summary.SummaryError) as err:
+        _summarise(tmp_path)
+    message = str(err.value)
+    assert message.startswith(f'{path} 让汇总出错（') and why in message, message
+    assert '请重新运行这个笔记本（make run EDITION=pytorch NOTEBOOKS=02_hybridize BUILD=' in message
+    assert re.search(r'或者用 make clean BUILD=\S+ 删掉之前的所有结果', message), message
+    assert not (tmp_path / 'run' / 'summary.md').exists()
