@@ -37,7 +37,7 @@ TAGS = ('measured', 'stored-machine', 'stored-data')
 def measured_rules(path=MEASURED_RULES):
     """[(name, compiled regex, replacement)] of a sanitize file (default
     tests/nbval_measured.cfg), in file order; read once per file."""
-    parser = configparser.ConfigParser()
+    parser = configparser.ConfigParser(interpolation=None)  # a regex may hold '%'
     parser.read(path, encoding='utf-8')
     def unquoted(value):  # configparser strips spaces: a value in quotes keeps them
         return value[1:-1] if len(value) > 1 and value[0] == value[-1] == "'" else value
