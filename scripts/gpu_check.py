@@ -47,14 +47,18 @@ def fingerprint(nb):
 
 
 def commit(root=ROOT):
-    """The checkout's commit: ``git rev-parse HEAD`` where ``root`` has a .git, else
-    $D2LZH_COMMIT (a copy without .git, e.g. on a rented GPU machine), else 'unknown'."""
+    """The commit checked: $D2LZH_COMMIT where set (a copy sent to a rented GPU machine may
+    carry a stale .git of another commit), else ``git rev-parse HEAD`` where ``root`` has a
+    .git, else 'unknown'."""
+    given = os.environ.get('D2LZH_COMMIT', '').strip()
+    if given:
+        return given
     if (Path(root) / '.git').exists():
         out = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=root, capture_output=True,
                              text=True)
         if out.returncode == 0:
             return out.stdout.strip()
-    return os.environ.get('D2LZH_COMMIT', '').strip() or 'unknown'
+    return 'unknown'
 
 
 def gpu_names():

@@ -73,13 +73,14 @@ def test_a_passing_entry_with_the_same_fingerprint_covers_a_notebook():
     assert gpu_check.unchecked([{**item, 'notebook': 'other'}], {path: nb}) == [path]
 
 
-def test_the_commit_comes_from_git_then_the_environment(tmp_path, monkeypatch):
+def test_the_commit_comes_from_the_environment_then_git(tmp_path, monkeypatch):
     head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=ROOT, capture_output=True,
                           text=True).stdout.strip()
     monkeypatch.setenv('D2LZH_COMMIT', 'abc123')
-    assert gpu_check.commit(ROOT) == head
+    assert gpu_check.commit(ROOT) == 'abc123'  # given: wins over a (maybe stale) .git
     assert gpu_check.commit(tmp_path) == 'abc123'  # a copy without .git
     monkeypatch.delenv('D2LZH_COMMIT')
+    assert gpu_check.commit(ROOT) == head
     assert gpu_check.commit(tmp_path) == 'unknown'
 
 
