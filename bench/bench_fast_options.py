@@ -6,20 +6,22 @@ ResNet-18 (``conv_bias=False``) on Fashion-MNIST as ``d2l.FAST`` trains it:
 1. ``variants``: FAST with one field changed (batch size, rate, warm-up, epochs, eager steps
    before the capture), 3 seeds each in one process, the test accuracy after every epoch and
    with flip evaluation (each test image and its mirror image, logits added) after the last;
-2. ``eager``: FAST in fresh processes, marks from each process's start (as ``d2l.cold_start``);
+2. ``eager``: FAST in fresh processes (``d2l.cold_start``, the seconds of each stage);
 3. ``aot``: the model's training forward compiled once by ``torch.compile(...).aot_compile``,
-   saved to a file, then loaded in fresh processes with empty compiler caches, which train
-   FAST's step (CUDA graph, fused SGD) through it; the compiling process's cost beside;
+   saved to a file, then loaded in fresh processes with empty compiler caches
+   (``d2l.cold_start`` with the setup hook :func:`load_aot`), which train FAST's step (CUDA
+   graph, fused SGD) through it; the compiling cost beside;
 4. ``mega``: ``torch.compile`` with the compiler's caches saved by
    ``torch.compiler.save_cache_artifacts`` after a first process and loaded by
-   ``load_cache_artifacts`` in fresh processes with empty caches.
+   ``load_cache_artifacts`` in fresh processes with empty caches (setup hook :func:`load_mega`).
 
     python bench/bench_fast_options.py [--out bench/results] [--repeats 3]
 
-Writes ``<out>/<device>-x1-<date>-fast-options.json`` (every process's marks and history) and
+Writes ``<out>/<device>-x1-<date>-fast-options.json`` (every process's items and history) and
 prints a summary. Temporary files (compiled artifacts, caches) go to one folder, removed after.
 """
 import argparse
+import atexit
 import dataclasses
 import datetime
 import json
@@ -39,11 +41,6 @@ VARIANTS = [('fast', {}), ('capture_after=1', {'capture_after': 1}),
             ('batch 1024, lr=0.2', {'batch_size': 1024, 'lr': 0.2})]
 
 
-def since_start():
-    """Seconds since the process was started (``$T0``, set by the parent)."""
-    return time.time() - float(os.environ['T0'])
-
-
 def flip_accuracy(net, test_iter, device):
     """Test accuracy of ``net`` with each image's logits added to its mirror image's."""
     import torch
@@ -58,10 +55,11 @@ def flip_accuracy(net, test_iter, device):
     return correct / n
 
 
-def child_variants(repeats):
+def variants(repeats):
+    """FAST with one field changed (VARIANTS), ``repeats`` seeds each, in this process."""
     import torch
     from d2lzh import torch as d2l
-    dev = d2l.try_gpu()
+    dev, rows = d2l.try_gpu(), []
     for name, change in VARIANTS:
         recipe = dataclasses.replace(d2l.FAST, target_accuracy=None, eval_from=1, **change)
         train_iter, test_iter = d2l.load_data_fashion_mnist(recipe.batch_size, device=dev)
@@ -69,9 +67,10 @@ def child_variants(repeats):
             torch.manual_seed(seed)
             net = d2l.resnet18(10, conv_bias=False)
             h = d2l.train_fast(net, train_iter, test_iter, dev, recipe, verbose=False)
-            yield {'name': name, 'seed': seed, 'test_acc': h['test_acc'],
-                   'flip_acc': flip_accuracy(net, test_iter, dev), 'images_per_s':
-                   h['images_per_s'], 'train_s': sum(h['epoch_times'])}
+            rows.append({'name': name, 'seed': seed, 'test_acc': h['test_acc'],
+                         'flip_acc': flip_accuracy(net, test_iter, dev), 'images_per_s':
+                         h['images_per_s'], 'train_s': sum(h['epoch_times'])})
+    return rows
 
 
 def forward(net, X):
@@ -81,25 +80,33 @@ def forward(net, X):
         return net(X)
 
 
-def child_aot_compile(path):
+def aot_compile(path):
+    """Compile the training forward once by ``aot_compile`` (in this process), saved to
+    ``path``; returns the seconds and the file's size."""
     import torch
     from d2lzh import torch as d2l
+
+    # the forward under the module name that load_aot's fresh process imports (not __main__)
+    from bench.bench_fast_options import forward as traced
     torch._dynamo.config.enable_aot_compile = True
     dev = d2l.try_gpu()
     X = next(iter(d2l.load_data_fashion_mnist(512, device=dev)[0]))[0]
     X = X.to(dev, memory_format=torch.channels_last)
     net = d2l.resnet18(10, conv_bias=False).to(dev, memory_format=torch.channels_last)
     start = time.time()
-    fn = torch.compile(forward, fullgraph=True).aot_compile(((net, X), {}))
+    fn = torch.compile(traced, fullgraph=True).aot_compile(((net, X), {}))
     compile_s = time.time() - start
     fn.save_compiled_function(path)
-    yield {'compile_s': compile_s, 'bytes': os.path.getsize(path), 'end': since_start()}
+    return {'compile_s': compile_s, 'bytes': os.path.getsize(path)}
 
 
-def use_loaded(d2l, fn):
-    """Make train_fast's step call ``fn`` for the training forward (evaluation stays eager)."""
+def load_aot(recipe, path):
+    """``d2l.cold_start``'s setup hook: train through the forward compiled into ``path``
+    (evaluation stays eager); returns ``(recipe, wrap)``."""
     import torch
-    from d2lzh.torch import recipe as recipe_module
+    torch._dynamo.config.enable_aot_compile = True
+    with open(path, 'rb') as f:
+        fn = torch.compiler.load_compiled_function(f)
 
     class Loaded(torch.nn.Module):
         def __init__(self, net):
@@ -112,73 +119,35 @@ def use_loaded(d2l, fn):
             # as when it was compiled: no autocast around it (it has its own)
             with torch.autocast('cuda', torch.float16, enabled=False, cache_enabled=True):
                 return fn(self.net, X)
-
-    init = recipe_module.TrainStep.__init__
-
-    def patched(self, net, recipe, device):
-        init(self, net, recipe, device)
-        self.model = Loaded(net)
-    recipe_module.TrainStep.__init__ = patched
+    return recipe, Loaded
 
 
-def child_run(mode, path, seed):
-    marks = {}
+def load_mega(recipe, path):
+    """``d2l.cold_start``'s setup hook: ``torch.compile`` with the caches of ``path``
+    loaded, or (the first process) saved there as the process exits."""
     import torch
-    marks['import torch'] = since_start()
+    if os.path.exists(path):
+        torch.compiler.load_cache_artifacts(Path(path).read_bytes())
+    else:
+        atexit.register(lambda: Path(path).write_bytes(
+            torch.compiler.save_cache_artifacts()[0]))
+    return dataclasses.replace(recipe, compile=True), None
+
+
+def cold(mode, path, seed, tmp, caches=None):
+    """One fresh process of ``d2l.cold_start`` (FAST, ``conv_bias=False``) with the setup
+    hook of ``mode`` ('eager': none) and, with ``caches``, empty compiler caches of its own
+    in ``tmp``; its result and ``mode``, or {'error': its message}: an option that fails
+    is a result too."""
     from d2lzh import torch as d2l
-    dev = d2l.try_gpu()
-    torch.empty(1, device=dev)
-    d2l.synchronize(dev)
-    marks['cuda'] = since_start()
-    recipe = d2l.FAST
-    if mode == 'aot':
-        torch._dynamo.config.enable_aot_compile = True
-        with open(path, 'rb') as f:
-            use_loaded(d2l, torch.compiler.load_compiled_function(f))
-        marks['load'] = since_start()
-    elif mode == 'mega':
-        recipe = dataclasses.replace(recipe, compile=True)
-        if os.path.exists(path):
-            torch.compiler.load_cache_artifacts(Path(path).read_bytes())
-            marks['load'] = since_start()
-    train_iter, test_iter = d2l.load_data_fashion_mnist(recipe.batch_size, device=dev)
-    d2l.synchronize(dev)
-    marks['data'] = since_start()
-    torch.manual_seed(seed)
-    net = d2l.resnet18(10, conv_bias=False)
-    marks['train'] = since_start()
-    h = d2l.train_fast(net, train_iter, test_iter, dev, recipe, verbose=False)
-    marks['end'] = since_start()
-    if mode == 'mega' and not os.path.exists(path):
-        Path(path).write_bytes(torch.compiler.save_cache_artifacts()[0])
-    reached = h['reached'] and marks['train'] + h['reached']['seconds']
-    yield {'mode': mode, 'marks': marks, 'reached_s': reached, 'history': h}
-
-
-def spawn(tmp, *args, caches=None):
-    """Run this file as a fresh process (``caches``: its own empty compiler caches in
-    ``tmp``); returns the dicts it printed. RuntimeError with its last lines if it failed."""
-    env = dict(os.environ, T0=repr(time.time()),
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]))
-    if caches:
-        env.update(TORCHINDUCTOR_CACHE_DIR=f'{tmp}/{caches}-inductor',
-                   TRITON_CACHE_DIR=f'{tmp}/{caches}-triton')
-    proc = subprocess.run([sys.executable, __file__, *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    rows = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line[:4] == 'ROW ']
-    if proc.returncode != 0:
-        tail = '\n'.join((proc.stdout + proc.stderr).strip().splitlines()[-12:])
-        raise RuntimeError(f'{args} ended with exit code {proc.returncode}:\n{tail}')
-    return rows
-
-
-def tried(*args, **kwargs):
-    """spawn's rows, or {'error': its message} (an option that fails is a result too)."""
+    env = caches and {'TORCHINDUCTOR_CACHE_DIR': f'{tmp}/{caches}-inductor',
+                      'TRITON_CACHE_DIR': f'{tmp}/{caches}-triton'}
+    setup = None if mode == 'eager' else (f'bench.bench_fast_options:load_{mode}', path)
     try:
-        return spawn(*args, **kwargs)
+        return {'mode': mode, **d2l.cold_start({'seed': seed}, 600, env, setup)}
     except (RuntimeError, subprocess.TimeoutExpired) as err:
         print(err, file=sys.stderr)
-        return [{'error': str(err)}]
+        return {'error': str(err)}
 
 
 def mean(values):
@@ -197,9 +166,10 @@ def summary(result):
         if not runs:
             print(f'{mode:6s} failed: {result[mode][0]["error"].splitlines()[-1]}')
             continue
-        load = mean(r['marks']['load'] - r['marks']['cuda'] for r in runs if 'load' in r['marks'])
+        load = mean(r['items'].get('setup') for r in runs)
+        imported = mean(r['items']['python_start'] + r['items']['import_torch'] for r in runs)
         print(f'{mode:6s} to 0.92: {[r["reached_s"] and round(r["reached_s"], 2) for r in runs]} s'
-              f' from the start; import torch {mean(r["marks"]["import torch"] for r in runs):.2f}'
+              f' from the start; import torch {imported:.2f}'
               f' s; loading {"-" if load is None else f"{load:.2f} s"}; startup '
               f'{mean(r["history"]["startup_s"] for r in runs):.2f} s; '
               f'{mean(r["history"]["images_per_s"] for r in runs):.0f} images/s')
@@ -215,14 +185,21 @@ def main():
     result = {'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
               'device': device, 'torch': torch.__version__, 'cuda': torch.version.cuda}
     with tempfile.TemporaryDirectory(prefix='fast-options-') as tmp:
-        result['variants'] = spawn(tmp, 'variants', args.repeats)
-        result['eager'] = [spawn(tmp, 'run', 'eager', '-', i)[0] for i in range(args.repeats)]
-        result['aot_compile'] = tried(tmp, 'aot-compile', f'{tmp}/forward.pt2', caches='c')[0]
-        result['aot'] = [tried(tmp, 'run', 'aot', f'{tmp}/forward.pt2', i, caches=f'a{i}')[0]
+        result['variants'] = variants(args.repeats)
+        result['eager'] = [cold('eager', None, i, tmp) for i in range(args.repeats)]
+        os.environ.update(TORCHINDUCTOR_CACHE_DIR=f'{tmp}/c-inductor',  # its own caches
+                          TRITON_CACHE_DIR=f'{tmp}/c-triton')
+        try:
+            result['aot_compile'] = aot_compile(f'{tmp}/forward.pt2')
+        except Exception as err:  # noqa: BLE001 (an option that fails is a result too)
+            result['aot_compile'] = {'error': f'{type(err).__name__}: {err}'}
+        result['aot'] = [cold('aot', f'{tmp}/forward.pt2', i, tmp, f'a{i}')
                          for i in range(args.repeats)]
-        result['mega_first'] = tried(tmp, 'run', 'mega', f'{tmp}/mega.bin', 0, caches='m')[0]
-        result['mega'] = [tried(tmp, 'run', 'mega', f'{tmp}/mega.bin', i, caches=f'm{i}')[0]
-                          for i in range(args.repeats)]
+        mega = f'{tmp}/mega.bin'
+        result['mega_first'] = cold('mega', mega, 0, tmp, 'm')
+        if not os.path.exists(mega):  # the first process saves the caches as it exits
+            result['mega_first'] = {'error': f'{mega} not written', **result['mega_first']}
+        result['mega'] = [cold('mega', mega, i, tmp, f'm{i}') for i in range(args.repeats)]
     day = result['date'][:10]
     path = args.out / f'{device.replace(" ", "-")}-x1-{day}-fast-options.json'
     args.out.mkdir(parents=True, exist_ok=True)
@@ -232,13 +209,5 @@ def main():
 
 
 if __name__ == '__main__':
-    if len(sys.argv) > 1 and sys.argv[1] in ('variants', 'aot-compile', 'run'):
-        sys.path.pop(0)  # bench/, not a package
-        what, rest = sys.argv[1], sys.argv[2:]
-        rows = {'variants': lambda: child_variants(int(rest[0])),
-                'aot-compile': lambda: child_aot_compile(rest[0]),
-                'run': lambda: child_run(rest[0], rest[1], int(rest[2]))}[what]()
-        for row in rows:
-            print('ROW ' + json.dumps(row), flush=True)
-    else:
-        main()
+    sys.path.insert(0, str(ROOT))
+    main()

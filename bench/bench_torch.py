@@ -68,23 +68,15 @@ def write_result(result, out_dir, n_gpu, suffix=''):
 
 
 def run_step(config, epochs, batch_size, lr, max_examples, device, **recipe):
-    """Train a fresh ResNet-18 as the ladder's ``config`` says (and the d2l.Recipe fields
-    ``recipe``), as notebook 07 does: with none of d2l.Recipe's techniques, d2l.train (the
-    book's loop), else d2l.train_fast; return the history."""
-    torch.manual_seed(0)
-    torch.backends.cudnn.benchmark = config['cudnn_benchmark']
+    """Load the data where the ladder's ``config`` puts it and train one step of it
+    (``d2l.train_ladder_step``, as notebook 07 does); return the history."""
     on_gpu = device.type == 'cuda'
     train_iter, test_iter = d2l.load_data_fashion_mnist(
         batch_size, max_examples=max_examples,
         device=device if config['data'] == 'gpu' and on_gpu else None,
         pin_memory=config['data'] == 'pinned' and on_gpu)
-    if config['compile']:
-        torch._dynamo.reset()
-    if not recipe and d2l.ladder_recipe(config) == d2l.ladder_recipe(d2l.ladder_configs()['a']):
-        return d2l.train(d2l.resnet18(10), train_iter, test_iter, epochs, lr, device,
-                         verbose=False)
-    return d2l.train_fast(d2l.resnet18(10), train_iter, test_iter, device, d2l.ladder_recipe(
-        config, batch_size=batch_size, epochs=epochs, lr=lr, **recipe), verbose=False)
+    return d2l.train_ladder_step(config, train_iter, test_iter, epochs, lr, device,
+                                 verbose=False, **recipe)
 
 
 def copy_times(nbytes, repeats=3):
@@ -187,10 +179,10 @@ def _spread(values):
 
 
 def run_tta_process(cfg, timeout, cache=None):
-    """One fresh process of ``d2l.cold_start`` (``cfg``: its config); returns its result with
-    ``items`` (seconds of each stage, ``other``: the rest: model, optimizer) and the history's
-    ``test_acc``, ``images_per_s``, ``epoch_times``, or ``{'error': ...}``. Its compile caches
-    are in the folder ``cache`` (None: an empty one, a cold compile)."""
+    """One fresh process of ``d2l.cold_start`` (``cfg``: its config); returns its ``items``
+    (seconds of each stage), ``reached_s``, ``total_s`` and the history's ``test_acc``,
+    ``images_per_s``, ``epoch_times``, or ``{'error': ...}``. Its compile caches are in
+    the folder ``cache`` (None: an empty one, a cold compile)."""
     with tempfile.TemporaryDirectory(prefix='tta-') as tmp:
         cache = cache or tmp
         env = {'PYTHONUNBUFFERED': '1', 'TORCHINDUCTOR_CACHE_DIR': os.path.join(cache, 'inductor'),
@@ -199,14 +191,8 @@ def run_tta_process(cfg, timeout, cache=None):
             r = d2l.cold_start(cfg, timeout, env)
         except RuntimeError as err:
             return {'error': str(err)[-2000:]}
-    m, h = r['marks'], r['history']
-    items = {'python_start': m['python'], 'import_torch': m['import torch'] - m['python'],
-             'import_d2lzh': m['import d2lzh'] - m['import torch'],
-             'cuda_init': m['cuda'] - m['import d2lzh'], 'data': m['data'] - m['cuda'],
-             'startup': h['startup_s'], 'epochs': sum(h['epoch_times']),
-             'evals': sum(h['eval_times'])}
-    items['other'] = m['end'] - sum(items.values())
-    return {'marks': m, 'reached_s': r['reached_s'], 'total_s': m['end'], 'items': items,
+    h = r['history']
+    return {'reached_s': r['reached_s'], 'total_s': r['total_s'], 'items': r['items'],
             'test_acc': h['test_acc'], 'epochs_run': len(h['epoch_times']),
             'epoch_times': h['epoch_times'], 'images_per_s': h['images_per_s'],
             'amp_dtype': h['amp']}

@@ -539,17 +539,35 @@ def test_ladder_recipe_carries_the_steps_techniques():
     assert d2l.Recipe(cuda_graph=True).plan(CPU).cuda_graph is False  # a graph needs CUDA
 
 
-def test_cold_start_runs_the_users_lines_in_a_fresh_process():
-    """d2l.cold_start: a process started by path (torch not imported before its first mark),
-    the stages in order, train_fast's history, the seconds to the target from the start."""
+def test_train_ladder_step_trains_the_book_step_with_the_books_loop():
+    """d2l.train_ladder_step (notebook 07, bench_torch.py): the book's d2l.train for (a),
+    d2l.train_fast (its history has startup_s) for a step with a technique or a field."""
+    train_iter, test_iter = d2l.load_data_fashion_mnist(32, max_examples=64)
+    configs = d2l.ladder_configs()
+    book_step = d2l.train_ladder_step(configs['a'], train_iter, test_iter, 1, 0.1, CPU, False)
+    assert 'startup_s' not in book_step and len(book_step['epoch_times']) == 1
+    fast = d2l.train_ladder_step(configs['a'], train_iter, test_iter, 1, 0.1, CPU, False,
+                                 momentum=0.9)
+    assert 'startup_s' in fast and fast['examples'] == 64
+
+
+def test_cold_start_runs_the_users_lines_in_a_fresh_process(tmp_path):
+    """d2l.cold_start: a process started by path (torch not imported before its first
+    item), the stages in order with a setup hook's, train_fast's history, the seconds to
+    the target from the start."""
+    (tmp_path / 'hook.py').write_text(
+        'import dataclasses\nimport torch\n\n\ndef halve(recipe, lr):\n'
+        '    return dataclasses.replace(recipe, lr=lr), torch.nn.Sequential\n')
     r = d2l.cold_start({'recipe': {'batch_size': 32, 'epochs': 1, 'lr': 0.05, 'amp': 'off',
                                    'channels_last': False}, 'max_examples': 64, 'target': 0.0},
-                       timeout=300, env={'OMP_NUM_THREADS': '1'})
-    m = list(r['marks'].values())
-    assert list(r['marks']) == ['python', 'import torch', 'import d2lzh', 'cuda', 'data', 'train',
-                                'end'] and m == sorted(m)
-    assert r['marks']['import torch'] - r['marks']['python'] > 0.2  # torch came after the mark
+                       timeout=300, env={'OMP_NUM_THREADS': '1', 'PYTHONPATH': str(tmp_path)},
+                       setup=('hook:halve', 0.025))
+    assert list(r['items']) == ['python_start', 'import_torch', 'import_d2lzh', 'cuda_init',
+                                'setup', 'data', 'startup', 'epochs', 'evals', 'other']
+    assert min(r['items'].values()) >= 0 and r['items']['import_torch'] > 0.2
+    assert abs(sum(r['items'].values()) - r['total_s']) < 1e-6
     assert r['history']['examples'] == 64 and len(r['history']['test_acc']) == 1
-    assert r['marks']['train'] < r['reached_s'] <= r['marks']['end']  # target 0: first evaluation
+    before = sum(r['items'][k] for k in list(r['items'])[:6])
+    assert before < r['reached_s'] <= r['total_s']  # target 0: the first evaluation
     with pytest.raises(RuntimeError, match='退出码 1'):
         d2l.cold_start({'recipe': {'epochs': 0}}, timeout=120)

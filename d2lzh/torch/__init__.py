@@ -17,7 +17,8 @@ from ..trace import draw, events, overlap_ms, torch_ops  # noqa: F401
 from .book import *  # noqa: F401,F403
 from .book import __all__ as _book
 from .data import load_data_fashion_mnist  # noqa: F401
-from .measure import LADDER, cold_start, ladder_configs, ladder_recipe  # noqa: F401
+from .measure import (LADDER, cold_start, ladder_configs, ladder_recipe,  # noqa: F401
+                      train_ladder_step)
 from .recipe import FAST, Recipe, TrainStep, train_fast  # noqa: F401
 from .train import train, train_data_parallel  # noqa: F401
 
@@ -28,6 +29,6 @@ __all__ = ['torch', 'nn', 'F', 'Benchmark', 'Timer', 'speedup', 'NOISE', 'format
            'timeline', 'events', 'draw', 'overlap_ms', 'torch_ops', 'smooth_loss', 'loss_crossings',
            'batch_indices', *_book, 'load_data_fashion_mnist', 'choose_max_examples', 'train',
            'train_data_parallel', 'Recipe', 'FAST', 'TrainStep', 'train_fast', 'LADDER',
-           'ladder_configs', 'ladder_recipe', 'cold_start', *_LAZY]
+           'ladder_configs', 'ladder_recipe', 'train_ladder_step', 'cold_start', *_LAZY]
 __getattr__, __dir__ = lazy_names(__name__, _LAZY)
 register_edition('torch', num_gpus)  # noqa: F405  (num_gpus: from .book's star import)
