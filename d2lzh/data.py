@@ -328,7 +328,7 @@ def parse_max_examples(value, what='max_examples'):
     elif whole(value, 1):
         return int(value)  # int or a numpy integer
     raise ValueError(f'{what}={value!r} 无效：请用正整数表示样本数（例如 2000），或者用 '
-                     "'all' 表示全部数据（60,000 张训练图像和 10,000 张测试图像）。")
+                     f"'all' 表示全部数据（{TRAIN_SIZE:,} 张训练图像和 {TEST_SIZE:,} 张测试图像）。")
 
 
 def max_examples_from_env():

@@ -1,7 +1,7 @@
-"""The project's own facts, written once (beyond the book): :data:`NOTEBOOKS`, the one registry
-of the notebooks (read by the Makefile, the scripts, the installer and the tests), and the
-repository URL (from pyproject.toml's ``[project.urls] Source``). Plain Python: the Makefile's
-scripts/make_args.py loads it without importing the package."""
+"""The project's own facts, written once (beyond the book): :data:`EDITIONS`,
+:data:`NOTEBOOKS` (the one registry of the notebooks: the Makefile, scripts, installer and
+tests read it) and the repository URL (pyproject.toml's ``[project.urls] Source``). Plain
+Python: the Makefile's scripts/make_args.py loads it without importing the package."""
 import importlib.metadata
 import re
 from collections import namedtuple
@@ -23,13 +23,17 @@ _SECTIONS = (
     ('beyond', '07_distributed-training', '08_distributed-training'),
     ('beyond', None, '07_modern-gpu-training'),
 )
-_PATHS = [(s, m and f'notebooks/{m}.ipynb', p and f'notebooks/pytorch/{p}.ipynb')
+Edition = namedtuple('Edition', 'label folder')
+#: Each edition's name in prose and its notebooks' folder.
+EDITIONS = {'mxnet': Edition('MXNet', 'notebooks/'),
+            'pytorch': Edition('PyTorch', 'notebooks/pytorch/')}
+_MX, _PT = (e.folder for e in EDITIONS.values())
+_PATHS = [(s, m and f'{_MX}{m}.ipynb', p and f'{_PT}{p}.ipynb')
           for s, m, p in _SECTIONS]
 #: Every notebook, the MXNet edition first, each edition in file order.
 NOTEBOOKS = tuple(sorted([Notebook('mxnet', m, s, p) for s, m, p in _PATHS if m]
                          + [Notebook('pytorch', p, s, m) for s, m, p in _PATHS if p],
                          key=lambda nb: (nb.edition, nb.path)))
-EDITIONS = ('mxnet', 'pytorch')
 
 
 def notebooks(edition='all'):
@@ -56,10 +60,11 @@ def find(path):
 def repository():
     """(owner, repo, branch) from the ``Source`` URL (pyproject.toml), or None.
 
-    Read from pyproject.toml in a checkout, else from the installed package's metadata.
+    Read from pyproject.toml in a checkout (not an older install's metadata), else from the
+    installed package's metadata.
     """
     pyproject = Path(__file__).resolve().parent.parent / 'pyproject.toml'
-    if pyproject.exists():  # a checkout: its own file wins over an older install's metadata
+    if pyproject.exists():
         text = pyproject.read_text(encoding='utf-8')
     else:
         try:

@@ -59,11 +59,12 @@ def format_ratio(value):
 #: Faster or slower only when every repeat lies on one side of 1 and the median is this far
 #: from 1; nearer is noise, in one wording, so a verdict does not flip between two runs.
 NOISE = 0.1
+VERDICTS = {1: '快了', -1: '反而慢了', 0: '测不出明显差别'}
 
 
 def direction(median, low, high):
-    """+1 (faster), -1 (slower) or 0 (no clear difference) for a ratio ``median`` in ``low``
-    .. ``high`` by the rule of :data:`NOISE` (:class:`Speedup`, make run's summary)."""
+    """+1 (faster), -1 (slower) or 0 (no clear difference: :data:`VERDICTS`) for a ratio
+    ``median`` in ``low`` .. ``high``, by the rule of :data:`NOISE`."""
     if low > 1 and median >= 1 + NOISE:
         return 1
     if high < 1 and median <= 1 / (1 + NOISE):
@@ -73,12 +74,12 @@ def direction(median, low, high):
 
 class Speedup(namedtuple('Speedup', 'median low high repeats')):
     """A speed-up over paired repeats (beyond the book): the median of the ratios ``baseline /
-    faster``, their range ``low`` .. ``high``, ``direction`` (+1, 0, -1: :func:`direction`) and
-    ``str()``: one Chinese sentence that states a direction only where ``direction`` does."""
+    faster``, their range ``low`` .. ``high``, ``direction`` and ``str()``: one Chinese
+    sentence that states a direction only where ``direction`` does."""
 
     @property
     def direction(self):
-        """+1 faster, -1 slower, 0 no clear difference (:data:`NOISE`)."""
+        """See :func:`direction`."""
         return direction(self.median, self.low, self.high)
 
     def ratio_text(self):
@@ -92,10 +93,10 @@ class Speedup(namedtuple('Speedup', 'median low high repeats')):
     def __str__(self):
         median, spread = format_ratio(self.median), self._spread()
         if self.direction > 0:
-            return f'快了 {median} 倍（{spread}）'
+            return f'{VERDICTS[1]} {median} 倍（{spread}）'
         if self.direction < 0:
-            return f'反而慢了：只有原来的 {median} 倍速度（{spread}）'
-        return f'测不出明显差别（比值 {median}，{spread}；差别不到 {NOISE:.0%} 或方向不一，算作噪声）'
+            return f'{VERDICTS[-1]}：只有原来的 {median} 倍速度（{spread}）'
+        return f'{VERDICTS[0]}（比值 {median}，{spread}；差别不到 {NOISE:.0%} 或方向不一，算作噪声）'
 
 
 def speedup(baseline, faster):

@@ -42,7 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from d2lzh import project  # noqa: E402
+from d2lzh import project, results  # noqa: E402
 
 DEFAULT_NOTEBOOKS = ['notebooks/05_multiple-gpus.ipynb',
                      'notebooks/pytorch/07_modern-gpu-training.ipynb']
@@ -192,8 +192,8 @@ def _main(argv=None):
     # The checkout stands in for the repository: the package (D2LZH_SOURCE) and the stored
     # bench results that a notebook downloads when it is opened alone (d2l.load_reference).
     env.update(D2LZH_SOURCE=source, D2LZH_MAX_EXAMPLES=args.max_examples,
-               D2LZH_REFERENCE_URL=ROOT.as_uri() + '/',
                JUPYTER_PLATFORM_DIRS='1', MPLBACKEND='agg')
+    env[results.REFERENCE_URL_ENV] = ROOT.as_uri() + '/'
     if args.max_examples == 'all':
         env.pop('D2LZH_MAX_EXAMPLES')
     # what a setup cell may install; in place, a package the runtime already had stays

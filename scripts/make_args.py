@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LABEL = {'mxnet': 'MXNet', 'pytorch': 'PyTorch'}
-PREFIX = {'mxnet': 'notebooks/', 'pytorch': 'notebooks/pytorch/'}
 
 
 def load_project():
@@ -32,6 +30,11 @@ def load_project():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+PROJECT = load_project()
+EDITIONS = PROJECT.EDITIONS  # {edition: (label, folder)}
+NOTEBOOKS_DIR = os.path.commonprefix([ed.folder for ed in EDITIONS.values()])  # notebooks/
 
 
 def environment_names():
@@ -58,8 +61,9 @@ def split(arg):
     if os.path.isabs(path):
         path = os.path.relpath(path, ROOT).replace(os.sep, '/')
     path = path.removesuffix('.ipynb')
-    for prefix, edition in (('notebooks/pytorch/', 'pytorch'), ('pytorch/', 'pytorch'),
-                            ('notebooks/', 'mxnet')):
+    prefixes = [(p, e) for e, ed in EDITIONS.items()
+                for p in (ed.folder, ed.folder.removeprefix(NOTEBOOKS_DIR)) if p]
+    for prefix, edition in sorted(prefixes, key=lambda pe: -len(pe[0])):
         if path.startswith(prefix):
             return edition, path[len(prefix):]
     return None, path
@@ -73,42 +77,42 @@ def resolve(arg, edition, names):
         ValueError: no such notebook (one line: the notebook meant, or the valid names).
     """
     folder, name = split(arg)
-    wanted = ['mxnet', 'pytorch'] if edition in (None, 'all') else [edition]
-    editions = list(dict.fromkeys([folder] if folder else [*wanted, 'mxnet', 'pytorch']))
-    found = [PREFIX[e] + name + '.ipynb' for e in editions if name in names[e]]
+    wanted = list(EDITIONS) if edition in (None, 'all') else [edition]
+    editions = list(dict.fromkeys([folder] if folder else [*wanted, *EDITIONS]))
+    found = [EDITIONS[e].folder + name + '.ipynb' for e in editions if name in names[e]]
     if found:
         return found if edition == 'all' and not folder else found[:1]
-    pool = [(e, n) for e in dict.fromkeys([*editions, 'mxnet', 'pytorch']) for n in names[e]]
+    pool = [(e, n) for e in dict.fromkeys([*editions, *EDITIONS]) for n in names[e]]
     close = difflib.get_close_matches(name, [n for _, n in pool], n=1, cutoff=0.6)
     if close:
         e = next(e for e, n in pool if n == close[0])
         raise ValueError(f'NOTEBOOKS：{arg} 不是本项目的笔记本：你是不是想用 '
-                         f'{PREFIX[e]}{close[0]}.ipynb？')
-    valid = [('pytorch/' if e == 'pytorch' else '') + n for e in wanted for n in names[e]]
+                         f'{EDITIONS[e].folder}{close[0]}.ipynb？')
+    valid = [EDITIONS[e].folder.removeprefix(NOTEBOOKS_DIR) + n for e in wanted for n in names[e]]
     raise ValueError(f'NOTEBOOKS：{arg} 不是本项目的笔记本；可用的笔记本：{" ".join(valid)}')
 
 
-def choose(edition, notebooks, project):
+def choose(edition, notebooks):
     """``(edition, paths)`` from EDITION and NOTEBOOKS as given (None: not given).
 
     Raises:
         ValueError: a bad EDITION, a bad notebook or one of the other edition (one line).
     """
-    if edition is not None and edition not in ('mxnet', 'pytorch', 'all'):
-        raise ValueError(f'EDITION={edition} 无效：请用 EDITION=mxnet（notebooks/*.ipynb）、'
-                         'EDITION=pytorch（notebooks/pytorch/*.ipynb）或 EDITION=all（两个版本）')
+    if edition is not None and edition not in (*EDITIONS, 'all'):
+        each = '、'.join(f'EDITION={e}（{ed.folder}*.ipynb）' for e, ed in EDITIONS.items())
+        raise ValueError(f'EDITION={edition} 无效：请用 {each}或 EDITION=all（两个版本）')
     if notebooks is None:
-        return edition or 'mxnet', project.notebooks(edition or 'mxnet')
-    names = {e: [Path(p).stem for p in project.notebooks(e)] for e in project.EDITIONS}
+        return edition or 'mxnet', PROJECT.notebooks(edition or 'mxnet')
+    names = {e: [Path(p).stem for p in PROJECT.notebooks(e)] for e in EDITIONS}
     paths = list(dict.fromkeys(p for arg in notebooks for p in resolve(arg, edition, names)))
-    editions = {project.find(p).edition for p in paths}
+    editions = {PROJECT.find(p).edition for p in paths}
     if edition is None:
         return (editions.pop() if len(editions) == 1 else 'all' if editions else 'mxnet'), paths
     for path in paths:
-        other = project.find(path).edition
+        other = PROJECT.find(path).edition
         if edition not in ('all', other):
-            raise ValueError(f'NOTEBOOKS：{path} 属于 {LABEL[other]} 版，但 EDITION={edition}：'
-                             f'请用 EDITION={other} 或 EDITION=all')
+            raise ValueError(f'NOTEBOOKS：{path} 属于 {EDITIONS[other].label} 版，但 '
+                             f'EDITION={edition}：请用 EDITION={other} 或 EDITION=all')
     return edition, paths
 
 
@@ -122,7 +126,7 @@ def main(argv=None):
     error = near_miss(args.given, set(args.known) | environment_names())
     try:
         if error is None:
-            edition, paths = choose(args.edition, args.notebooks, load_project())
+            edition, paths = choose(args.edition, args.notebooks)
     except ValueError as err:
         error = str(err)
     print(f'error: {error}' if error else ' '.join([edition, *paths]))

@@ -10,7 +10,8 @@ summary, on the console (:func:`summary_lines`) and in ``summary.md``, says per 
 2. one takeaway per section from its headline figure and its spread: a speed-up whose range
    without a clear direction (d2lzh.timing.direction) is 测不出明显差别, never faster or slower;
    a ratio (kind ``'ratio'``: one the notebook itself reports without a verdict, e.g. where
-   stored runs fell on both sides of the 10 % line) is given as a ratio, with no verdict;
+   stored runs fell on both sides of the d2lzh.timing.NOISE line) is given as a ratio, with no
+   verdict;
 3. the table: every notebook's headline figure and earlier runs (summary.md: every figure).
 
 One rule for numbers (:func:`format_value`). ``summary.png`` charts each notebook's headline
@@ -24,14 +25,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from d2lzh.timing import direction  # noqa: E402
+from d2lzh.data import TEXT_LABELS, TRAIN_SIZE  # noqa: E402
+from d2lzh.project import EDITIONS  # noqa: E402
+from d2lzh.timing import NOISE, VERDICTS, direction  # noqa: E402
 from summary_chart import chartable, draw_chart, ratio_text  # noqa: E402  (summary.png)
-from summary_records import EDITIONS, HISTORY, SummaryError, broken  # noqa: E402,F401
+from summary_records import HISTORY, SummaryError, broken  # noqa: E402,F401
 from summary_records import load_history, load_rows, number, spread_of  # noqa: E402,F401
 
-TRAIN_SIZE = 60000  # Fashion-MNIST's training set (d2lzh.data.TRAIN_SIZE)
 HISTORY_RUNS = 3  # runs of a headline figure shown in its line
-CHANCE, NEAR_CHANCE = 0.10, 0.05  # a guess among Fashion-MNIST's 10 classes, and how near
+CHANCE, NEAR_CHANCE = 1 / len(TEXT_LABELS), 0.05  # a guess among the classes, and how near
 #: Tags that give a reason the notebook did not measure: said among what the machine cannot
 #: show, never beside a number (the notebooks should record them as words of their own).
 REASONS = {
@@ -54,7 +56,7 @@ QUESTIONS = {
     '多机训练': '参数服务器的每一步，通信要花多少时间？'}
 NOTHING = '还没有哪个笔记本成功运行过：运行 make run 之后，这里汇总它们测得的数字。'
 READING = ('读法：加速比 = 之前的用时 / 之后的用时，取多次重复的中位数，括号里是各次重复的范围；'
-           '各次重复不全在 1 的同一侧、或中位数离 1 不到 10% 时写“测不出明显差别”，不说快慢。')
+           f'各次重复不全在 1 的同一侧、或中位数离 1 不到 {NOISE:.0%} 时写“{VERDICTS[0]}”，不说快慢。')
 
 
 # ---------------------------------------------------------------- figures
@@ -136,7 +138,7 @@ def value_text(key, fig):
     kind = kind_of(key, fig)
     text = format_value(fig.get('value'), fig.get('unit', ''), kind)
     if spread_of(fig):
-        same = '，测不出明显差别' if kind == 'speedup' and verdict(fig) == 'same' else ''
+        same = f'，{VERDICTS[0]}' if kind == 'speedup' and verdict(fig) == 'same' else ''
         text += f'（{_range(fig, kind)}{same}）'
     elif fig.get('spread'):
         text += f'（{_no_range(fig)}）'
@@ -230,7 +232,8 @@ def machine_notes(edition, rows):
                      '或由 D2LZH_MAX_EXAMPLES 指定）：迭代周期的用时只对应这个子集，测试准确率也会偏低。'
                      '书中的设置需要 GPU，或设 D2LZH_MAX_EXAMPLES=all。')
     if any(_near_chance(k, f) for k, f in figures):
-        notes.append(f'测试准确率接近 {CHANCE:.2f} 的模型什么也没学会（10 个类别里随机猜测）：'
+        notes.append(f'测试准确率接近 {CHANCE:.2f} 的模型什么也没学会'
+                     f'（{len(TEXT_LABELS)} 个类别里随机猜测）：'
                      '只说明这样的设置在这里训练不起来。')
     return notes + [READING]
 
@@ -255,9 +258,9 @@ def takeaway(row):
     if kind == 'ratio' and verdict(fig):
         text = f'比值 {value}（范围 {_range(fig, kind)}；本节只报比值，不判断快慢）'
     elif kind == 'speedup' and verdict(fig):
-        text = {'faster': f'快了 {value}（范围 {_range(fig, kind)}）',
-                'slower': f'反而慢了，只有原来速度的 {value}（范围 {_range(fig, kind)}）',
-                'same': f'测不出明显差别（{value}，范围 {_range(fig, kind)}）'}[verdict(fig)]
+        text = {'faster': f'{VERDICTS[1]} {value}（范围 {_range(fig, kind)}）',
+                'slower': f'{VERDICTS[-1]}，只有原来速度的 {value}（范围 {_range(fig, kind)}）',
+                'same': f'{VERDICTS[0]}（{value}，范围 {_range(fig, kind)}）'}[verdict(fig)]
     elif kind in ('speedup', 'ratio'):
         text = f'{value}（{_no_range(fig)}）'
     else:

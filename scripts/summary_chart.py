@@ -12,11 +12,11 @@ import os
 import textwrap
 from pathlib import Path
 
-from d2lzh.timing import format_ratio
+from d2lzh.timing import NOISE, VERDICTS, format_ratio
 
-COLOURS = {'faster': ('tab:green', '更快（范围在 1 的右侧，快 10% 以上）'),
-           'slower': ('tab:red', '更慢（范围在 1 的左侧，慢 10% 以上）'),
-           'same': ('tab:gray', '测不出明显差别'), None: ('tab:blue', '没有记录范围'),
+COLOURS = {'faster': ('tab:green', f'更快（范围在 1 的右侧，快 {NOISE:.0%} 以上）'),
+           'slower': ('tab:red', f'更慢（范围在 1 的左侧，慢 {NOISE:.0%} 以上）'),
+           'same': ('tab:gray', VERDICTS[0]), None: ('tab:blue', '没有记录范围'),
            'plain': ('tab:purple', '只报比值（笔记本不判断快慢）')}
 LIMITS = (2.0 ** -20, 2.0 ** 20)  # the axis never reaches beyond these ratios
 

@@ -10,8 +10,9 @@ import math
 import os
 from pathlib import Path
 
+from d2lzh.project import EDITIONS  # the checkout's: run_summary puts it on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
-EDITIONS = {'mxnet': ('MXNet', 'notebooks/'), 'pytorch': ('PyTorch', 'notebooks/pytorch/')}
 HISTORY = 'history.jsonl'
 
 
