@@ -23,14 +23,14 @@ SECTIONS = ['4.6 GPU计算', '8.1 命令式和符号式混合编程', '8.2 异�
 ENGLISH = re.compile(r'\b(edition|measurable|difference|machine|first \d+ of|runs?)\b')
 
 
-def _layout(build, doc):
+def _layout(build, stored_run):
     """Write a recorded run where scripts/run_notebooks.py writes it under ``build``."""
-    for row in doc['rows']:
+    for row in stored_run['rows']:
         path = build / 'run' / row['edition'] / 'results' / f"{row['name']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(row, ensure_ascii=False), encoding='utf-8')
     (build / 'run' / run_summary.HISTORY).write_text(
-        ''.join(json.dumps(h, ensure_ascii=False) + '\n' for h in doc['history']),
+        ''.join(json.dumps(h, ensure_ascii=False) + '\n' for h in stored_run['history']),
         encoding='utf-8')
 
 
@@ -87,9 +87,9 @@ def test_summary_md_in_the_same_order_and_in_chinese(recorded):
              '## 各节的加速比', '## MXNet 版：每个笔记本', '| 笔记本 | 数字 | 数值 | 测量条件 |']
     assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
     assert '](summary.png)' in text
-    doc = json.loads(RECORDED.read_text(encoding='utf-8'))
+    stored_run = json.loads(RECORDED.read_text(encoding='utf-8'))
     assert len(re.findall(r'^\| 0\d_', text, re.M)) == \
-        sum(len(r['figures']) for r in doc['rows']) == 54  # every figure recorded
+        sum(len(r['figures']) for r in stored_run['rows']) == 54  # every figure recorded
     assert not re.search(r'\b(What this machine|no measurable difference|edition)\b', text)
 
 
@@ -140,8 +140,8 @@ def test_numbers_follow_one_rule(recorded):
 def test_chart_holds_one_headline_speedup_per_section(recorded, tmp_path):
     charted = recorded[2]
     keys = [it['key'].split(': ')[1] for it in charted]
-    doc = json.loads(RECORDED.read_text(encoding='utf-8'))
-    heads = [k for r in doc['rows'] for k, f in r['figures'].items()
+    stored_run = json.loads(RECORDED.read_text(encoding='utf-8'))
+    heads = [k for r in stored_run['rows'] for k, f in r['figures'].items()
              if f['unit'] == 'x' and f.get('headline') and k != 'matmul_flop_rate_ratio']
     assert keys == heads and len(keys) == 6  # 7 sections; 多机训练's headline is a time
     assert [it['verdict'] for it in charted][:3] == ['same', 'faster', 'same']

@@ -277,8 +277,8 @@ def _supervise(supervisor, thread, outcome, received, ours):
         _say(f'mxnet.tools.launch 失败（{outcome.get("error") or describe_exit(code)}）')
     else:
         roles = [c.role for c in supervisor.children]
-        summary = '，'.join(f'{roles.count(r)} 个 {r}' for r in sorted(set(roles)))
-        _say(f'全部 {len(roles)} 个进程（{summary}）在 {time.monotonic() - start:.1f} 秒内结束')
+        by_role = '，'.join(f'{roles.count(r)} 个 {r}' for r in sorted(set(roles)))
+        _say(f'全部 {len(roles)} 个进程（{by_role}）在 {time.monotonic() - start:.1f} 秒内结束')
         return 0
     supervisor.stop_all(ours.grace)
     return code

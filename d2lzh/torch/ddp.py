@@ -25,7 +25,7 @@ from .. import data as _data, jobs as _jobs
 from .book import gpu_name, lenet, num_gpus, resnet18
 from .data import FashionMNISTIter, ShardIter
 from ..checks import check, flag_rules, real, whole
-from .recipe import FAST, Recipe, capture_stream, doc, train_fast
+from .recipe import FAST, Recipe, capture_stream, option, train_fast
 
 _IMPORTED = time.time()  # torch and d2lzh imported: the first of a worker's marks
 
@@ -34,18 +34,20 @@ _IMPORTED = time.time()  # torch and d2lzh imported: the first of a worker's mar
 class Job:
     """What a worker trains and how it takes part in the job (:class:`Recipe`: how it
     trains). Raises ValueError for a field of the wrong type or value."""
-    model: str = doc('resnet18', "resnet18, or lenet: the book's 8.4 LeNet")
-    conv_bias: bool = doc(True, "ResNet-18's convolutions before a batch norm have a bias "
-                          "(--no-conv-bias: the fast path's model, d2l.resnet18(10, "
-                          "conv_bias=False))")
-    max_examples: str = doc(None, 'first N training and test images, or all (none: '
-                            '$D2LZH_MAX_EXAMPLES, else all)')
-    backend: str = doc(None, 'nccl or gloo (none: nccl with GPUs, else gloo)')
-    gradient_as_bucket_view: bool = doc(True, "DDP's option: gradients live in its buckets")
-    timeout: float = doc(900.0, 'seconds before a process gives up (the run, a collective)')
-    seed: int = doc(0, 'seed of the initial weights and of the data order')
-    out: str = doc(None, "folder for rank 0's result.json")
-    verbose: bool = doc(True, 'rank 0 prints one line per epoch')
+    model: str = option('resnet18', "resnet18, or lenet: the book's 8.4 LeNet")
+    conv_bias: bool = option(True, "ResNet-18's convolutions before a batch norm have a "
+                             "bias (--no-conv-bias: the fast path's model, "
+                             'd2l.resnet18(10, conv_bias=False))')
+    max_examples: str = option(None, 'first N training and test images, or all (none: '
+                               '$D2LZH_MAX_EXAMPLES, else all)')
+    backend: str = option(None, 'nccl or gloo (none: nccl with GPUs, else gloo)')
+    gradient_as_bucket_view: bool = option(True, "DDP's option: gradients live in its "
+                                           'buckets')
+    timeout: float = option(900.0, 'seconds before a process gives up (the run, a '
+                            'collective)')
+    seed: int = option(0, 'seed of the initial weights and of the data order')
+    out: str = option(None, "folder for rank 0's result.json")
+    verbose: bool = option(True, 'rank 0 prints one line per epoch')
 
     def __post_init__(self):
         if self.max_examples is not None:
@@ -120,7 +122,7 @@ _job_store = None  # this attempt's keys in torchrun's store, once the job is jo
 
 
 @functools.cache
-def dataset(max_examples=None):
+def fashion_mnist(max_examples=None):
     """:func:`d2lzh.data.load_fashion_mnist` (``max_examples``), loaded once per process and
     kept: workers forked after it was loaded (``python -m d2lzh.torch.launch``) share it."""
     return _data.load_fashion_mnist(max_examples=max_examples, progress=False)
@@ -155,7 +157,7 @@ def _train(recipe, job):
     restarts = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', '0'))
     try:
         torch.manual_seed(job.seed)  # the same initial weights on every rank
-        train_x, train_y, test_x, test_y = dataset(job.max_examples)
+        train_x, train_y, test_x, test_y = fashion_mnist(job.max_examples)
         train_iter = ShardIter(train_x, train_y, recipe.batch_size, rank, world_size, job.seed,
                                device)
         if restarts == 0:  # the test seam: D2LZH_FAULT fails one rank on the first attempt
@@ -260,7 +262,7 @@ def _parse(argv=None, parser=None):
         parser.error(str(err))
 
 
-def summary(r, recipe):
+def result_line(r, recipe):
     """One line on rank 0's result ``r`` (:func:`ddp_worker`'s) of a job trained as ``recipe``."""
     acc = f'，测试准确率 {r["test_acc"][-1]:.3f}' if r['test_acc'] else ''
     if recipe.target_accuracy is not None:
@@ -277,7 +279,7 @@ def main(argv=None):
     recipe, job = _parse(argv)
     r = ddp_worker(recipe, job)
     if r is not None:
-        print(summary(r, recipe))
+        print(result_line(r, recipe))
 
 
 if __name__ == '__main__':

@@ -23,8 +23,8 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from ..checks import check_positive_int, whole
 from .book import synchronize
-from .ddp import (Job, _parse, choose_backend, dataset, ddp_worker, init_process_group,
-                  summary)
+from .ddp import (Job, _parse, choose_backend, ddp_worker, fashion_mnist,
+                  init_process_group, result_line)
 from .recipe import Recipe
 
 
@@ -179,11 +179,11 @@ def main(argv=None):
     try:
         check_positive_int('--nproc-per-node', n)
         job = dataclasses.replace(job, backend=choose_backend(job.backend, n))
-        dataset(job.max_examples)  # read once, before the workers are forked
+        fashion_mnist(job.max_examples)  # read once, before the workers are forked
         result = _launch(n, ddp_worker, (recipe, job), start='fork')[0]
     except (ValueError, RuntimeError) as err:
         sys.exit(f'python -m d2lzh.torch.launch: {err}')
-    print(summary(result, recipe))
+    print(result_line(result, recipe))
 
 
 if __name__ == '__main__':

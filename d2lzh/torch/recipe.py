@@ -17,13 +17,13 @@ from .book import evaluate_accuracy, synchronize
 from .train import print_epoch
 
 
-def doc(default, help):
+def option(default, help):
     """A dataclass field with a default and ``help`` (the torchrun worker's flag says it)."""
     return dataclasses.field(default=default, metadata={'help': help})
 
 
 AMP, SCHEDULES = ('auto', 'bf16', 'fp16', 'off'), (None, 'cosine', 'linear')
-Plan = namedtuple('Plan', 'amp fused_sgd cuda_graph')
+Techniques = namedtuple('Techniques', 'amp fused_sgd cuda_graph')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,28 +31,28 @@ class Recipe:
     """How :func:`train_fast` trains (beyond the book): immutable, each field one technique;
     ``dataclasses.replace(d2l.FAST, epochs=3)`` changes fields. Raises ValueError, naming
     the fix, for a field of the wrong type or range, or two fields that do not go together."""
-    batch_size: int = doc(256, 'examples per step (per process with DDP)')
-    epochs: int = doc(4, 'passes over the training data')
-    lr: float = doc(0.1, 'learning rate (the peak of a schedule)')
-    amp: str = doc('auto', 'mixed precision on CUDA: auto (bf16 from compute capability 8.0 on, '
-                   'else fp16 + GradScaler), bf16, fp16 or off')
-    channels_last: bool = doc(True, 'NHWC memory format for the model and its inputs')
-    compile: bool = doc(False, 'torch.compile the model (the first epoch compiles)')
-    cuda_graph: bool = doc(False, 'replay the step from a CUDA graph (skips a short batch)')
-    capture_after: int = doc(None, 'eager steps before a capture (none: 3, DDP 11)')
-    momentum: float = doc(0.0, 'SGD momentum, in [0, 1)')
-    nesterov: bool = doc(False, 'Nesterov momentum (needs momentum > 0)')
-    weight_decay: float = doc(0.0, 'SGD weight decay')
-    fused_sgd: bool = doc(False, 'FusedSGD: the fused kernel, its rate a tensor a graph reads')
-    lr_schedule: str = doc(None, 'none: constant; cosine: per epoch, towards 0; linear: per '
-                           'step, up over lr_warmup, down to 0')
-    lr_warmup: float = doc(0.0, "share of the steps over which 'linear' rises, in [0, 1)")
-    label_smoothing: float = doc(0.0, 'of the cross-entropy loss, in [0, 1)')
-    eval_from: int = doc(1, 'first epoch after which the test set is evaluated')
-    target_accuracy: float = doc(None, "stop at the first epoch whose test accuracy (rank 0's) "
-                                 'is >= this, in (0, 1]')
-    time_startup: bool = doc(False, 'one step (and capture) before epoch 1, as startup_s')
-    checkpoint: str = doc(None, 'file saved after each epoch (rank 0), resumed from')
+    batch_size: int = option(256, 'examples per step (per process with DDP)')
+    epochs: int = option(4, 'passes over the training data')
+    lr: float = option(0.1, 'learning rate (the peak of a schedule)')
+    amp: str = option('auto', 'mixed precision on CUDA: auto (bf16 from compute capability '
+                      '8.0 on, else fp16 + GradScaler), bf16, fp16 or off')
+    channels_last: bool = option(True, 'NHWC memory format for the model and its inputs')
+    compile: bool = option(False, 'torch.compile the model (the first epoch compiles)')
+    cuda_graph: bool = option(False, 'replay the step from a CUDA graph (skips a short batch)')
+    capture_after: int = option(None, 'eager steps before a capture (none: 3, DDP 11)')
+    momentum: float = option(0.0, 'SGD momentum, in [0, 1)')
+    nesterov: bool = option(False, 'Nesterov momentum (needs momentum > 0)')
+    weight_decay: float = option(0.0, 'SGD weight decay')
+    fused_sgd: bool = option(False, 'FusedSGD: the fused kernel, its rate a tensor a graph reads')
+    lr_schedule: str = option(None, 'none: constant; cosine: per epoch, towards 0; linear: '
+                              'per step, up over lr_warmup, down to 0')
+    lr_warmup: float = option(0.0, "share of the steps over which 'linear' rises, in [0, 1)")
+    label_smoothing: float = option(0.0, 'of the cross-entropy loss, in [0, 1)')
+    eval_from: int = option(1, 'first epoch after which the test set is evaluated')
+    target_accuracy: float = option(None, 'stop at the first epoch whose test accuracy '
+                                    "(rank 0's) is >= this, in (0, 1]")
+    time_startup: bool = option(False, 'one step (and capture) before epoch 1, as startup_s')
+    checkpoint: str = option(None, 'file saved after each epoch (rank 0), resumed from')
 
     def __post_init__(self):
         if isinstance(self.checkpoint, os.PathLike):
@@ -93,15 +93,15 @@ class Recipe:
         return torch.channels_last if self.channels_last else torch.contiguous_format
 
     def plan(self, device, graph_devices=('cuda',)):
-        """The ``Plan(amp, fused_sgd, cuda_graph)`` of this recipe's step on ``device``, decided
-        once for TrainStep and the DDP worker. amp: None (fp32, e.g. on the CPU), 'bf16' or 'fp16'
-        ('auto': bf16 from compute capability 8.0, else fp16: no fused SGD, no CUDA graph)."""
+        """The ``Techniques(amp, fused_sgd, cuda_graph)`` this recipe's step uses on ``device``,
+        decided once for TrainStep and the DDP worker. amp: None (fp32, e.g. on the CPU), 'bf16'
+        or 'fp16' ('auto': bf16 from compute capability 8.0, else fp16: no fused SGD, no graph)."""
         device = torch.device(device)
         amp = self.amp if device.type == 'cuda' else 'off'
         if amp == 'auto':
             amp = 'bf16' if torch.cuda.get_device_capability(device)[0] >= 8 else 'fp16'
         fp16 = amp == 'fp16'
-        return Plan(None if amp == 'off' else amp, self.fused_sgd and not fp16,
+        return Techniques(None if amp == 'off' else amp, self.fused_sgd and not fp16,
                     self.cuda_graph and not fp16 and device.type in graph_devices)
 
 
