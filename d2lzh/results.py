@@ -18,20 +18,20 @@ KINDS = ('speedup', 'ratio', 'accuracy')
 
 def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
            headline=False, kind=None, subset='chosen'):
-    """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged. With
-    ``$D2LZH_RESULTS`` naming a file (``make run`` sets one per notebook) it is appended there as
-    a JSON line, with the data subset and the GPUs the framework could use.
+    """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged.
+    With ``$D2LZH_RESULTS`` naming a file (``make run`` sets one per notebook) it is appended
+    there as a JSON line, with the data subset and the GPUs the framework could use.
 
     ``key`` (str): e.g. ``'hybridize_speedup'``; ``value`` (float, int or str) as measured;
-    ``unit``: e.g. ``'s'``, ``'images/s'``, ``'x'`` (a speed-up: the summary's chart shows it);
-    ``note``: free text; ``what``: the figure in words, in the notebook's language (the summary
-    line, the chart's label); ``tags``: what it was measured on that a reader must know, e.g.
-    ``['2 个设备 = 同一组 CPU 核心']``; ``spread``: (low, high) over repeats, in ``unit``, unrounded
-    like ``value`` (the summary rounds); ``headline``: the notebook's headline figure; ``kind``: one
-    of :data:`KINDS` or None (the summary then guesses from ``unit`` and ``key``: ``'ratio'`` for a
-    ratio in ``'x'`` that is not a speed-up); ``subset``: its training images (default: the last
-    choice of :func:`d2lzh.data.choose_max_examples`; None: no subset). ValueError: ``key`` empty
-    or not a str, ``note``/``what`` not a str, ``spread`` not a pair, ``kind`` not in KINDS."""
+    ``unit``: e.g. ``'s'``, ``'images/s'``, ``'x'`` (a speed-up: the summary charts it);
+    ``note``: free text; ``what``: the figure in words, in the notebook's language (the
+    summary's line, the chart's label); ``tags``: what it was measured on that a reader must
+    know, e.g. ``['2 个设备 = 同一组 CPU 核心']``; ``spread``: (low, high) over repeats, in
+    ``unit``, unrounded like ``value`` (the summary rounds); ``headline``: the notebook's
+    headline figure; ``kind``: one of :data:`KINDS` or None (the summary guesses from
+    ``unit`` and ``key``); ``subset``: its training images (default: the last choice of
+    :func:`d2lzh.data.choose_max_examples`; None: no subset). ValueError names an argument
+    of the wrong type or form."""
     if not isinstance(key, str) or not key:
         raise ValueError(f'record 的 key={key!r} 无效：请用非空的字符串')
     for name, text in (('note', note), ('what', what)):
