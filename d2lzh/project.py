@@ -1,18 +1,17 @@
 """The project's own facts, written once (beyond the book): :data:`EDITIONS`,
-:data:`NOTEBOOKS` (the one registry of the notebooks: the Makefile, scripts, installer and
-tests read it) and the repository URL (pyproject.toml's ``[project.urls] Source``). Plain
-Python: the Makefile's scripts/make_args.py loads it without importing the package."""
+:data:`NOTEBOOKS` (the one registry of the notebooks) and the repository URL. Plain
+Python: scripts/make_args.py loads it without importing the package."""
 import importlib.metadata
 import re
 from collections import namedtuple
 from pathlib import Path
 
 Notebook = namedtuple('Notebook', 'edition path section twin')
-Notebook.__doc__ = """A chapter notebook: ``edition`` ('mxnet' or 'pytorch'), ``path`` from the
-repository root, the book ``section`` ('4.6', '8.1' ... or 'beyond'), and ``twin``: the
-other edition's notebook of the same section, or None."""
+Notebook.__doc__ = """A chapter notebook: ``edition`` ('mxnet' or 'pytorch'), ``path``
+from the repository root, the book ``section`` ('4.6' ... or 'beyond'), and ``twin``:
+the other edition's notebook, or None."""
 
-# book section, MXNet notebook, PyTorch notebook (None: no counterpart)
+# book section, MXNet notebook, PyTorch notebook (None: none)
 _SECTIONS = (
     ('4.6', '01_use-gpu', '01_use-gpu'),
     ('8.1', '02_hybridize', '02_hybridize'),
@@ -38,10 +37,7 @@ NOTEBOOKS = tuple(sorted([Notebook('mxnet', m, s, p) for s, m, p in _PATHS if m]
 
 def notebooks(edition='all'):
     """Paths (str, relative to the repository root) of ``edition``'s notebooks, in order.
-
-    Raises:
-        ValueError: ``edition`` is not 'mxnet', 'pytorch' or 'all'.
-    """
+    ValueError: ``edition`` is not 'mxnet', 'pytorch' or 'all'."""
     if edition not in (*EDITIONS, 'all'):
         raise ValueError(f'edition={edition!r} 无效：请用 mxnet、pytorch 或 all')
     return [nb.path for nb in NOTEBOOKS if edition in ('all', nb.edition)]
@@ -58,11 +54,8 @@ def find(path):
 
 
 def repository():
-    """(owner, repo, branch) from the ``Source`` URL (pyproject.toml), or None.
-
-    Read from pyproject.toml in a checkout (not an older install's metadata), else from the
-    installed package's metadata.
-    """
+    """(owner, repo, branch) from the ``Source`` URL of pyproject.toml in a checkout,
+    else of the installed package's metadata, or None."""
     pyproject = Path(__file__).resolve().parent.parent / 'pyproject.toml'
     if pyproject.exists():
         text = pyproject.read_text(encoding='utf-8')
@@ -77,16 +70,14 @@ def repository():
 
 def url(path, kind='raw'):
     """The URL of ``path`` (repository-relative, with ``/``) in the repository, or None.
-
     ``kind``: 'raw' (the file's bytes), 'blob' (its GitHub page), 'tree' (a folder's page)
-    or 'colab' (a notebook opened in Google Colab).
-    """
+    or 'colab' (a notebook opened in Google Colab)."""
     repo = repository()
     if repo is None:
         return None
     owner, name, branch = repo
+    blob = f'{owner}/{name}/blob/{branch}/{path}'
     return {'raw': f'https://raw.githubusercontent.com/{owner}/{name}/{branch}/{path}',
-            'blob': f'https://github.com/{owner}/{name}/blob/{branch}/{path}',
+            'blob': f'https://github.com/{blob}',
             'tree': f'https://github.com/{owner}/{name}/tree/{branch}/{path}',
-            'colab': f'https://colab.research.google.com/github/{owner}/{name}/blob/'
-                     f'{branch}/{path}'}[kind]
+            'colab': f'https://colab.research.google.com/github/{blob}'}[kind]

@@ -1,37 +1,34 @@
-"""What a notebook measured (beyond the book): :func:`record` keeps a key figure for ``make
-run``'s summary (with the data subset :func:`d2lzh.data.choose_max_examples` chose), and
-:func:`load_reference` reads a benchmark JSON of the repository that a notebook quotes.
-"""
+"""What a notebook measured (beyond the book): :func:`record` keeps a key figure for
+``make run``'s summary; :func:`load_reference` reads a benchmark JSON it quotes."""
 import json
 import os
 
 from . import project
 from .setup.gpus import gpus_in_use
 
-#: Where :func:`load_reference` downloads from instead of the repository: a URL ending in
-#: ``/`` (``file://CHECKOUT/`` when scripts/cloud_runtime.py stands a checkout in for it).
+#: A URL ending in ``/`` that :func:`load_reference` downloads from instead of the
+#: repository (``file://CHECKOUT/`` from scripts/cloud_runtime.py).
 REFERENCE_URL_ENV = 'D2LZH_REFERENCE_URL'
-#: What a figure is, for the summary (:func:`record`'s ``kind``): a speed-up (time before / time
-#: after, charted), a ratio the notebook states without a verdict, a test accuracy; None: not said.
+#: What a figure is (:func:`record`'s ``kind``): a speed-up (time before / time after,
+#: charted), a ratio stated without a verdict, a test accuracy.
 KINDS = ('speedup', 'ratio', 'accuracy')
 
 
 def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
            headline=False, kind=None, subset='chosen'):
     """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged.
-    With ``$D2LZH_RESULTS`` naming a file (``make run`` sets one per notebook) it is appended
-    there as a JSON line, with the data subset and the GPUs the framework could use.
+    With ``$D2LZH_RESULTS`` naming a file, appends it there as a JSON line, with the
+    data subset and the GPUs the framework could use.
 
-    ``key`` (str): e.g. ``'hybridize_speedup'``; ``value`` (float, int or str) as measured;
-    ``unit``: e.g. ``'s'``, ``'images/s'``, ``'x'`` (a speed-up: the summary charts it);
-    ``note``: free text; ``what``: the figure in words, in the notebook's language (the
-    summary's line, the chart's label); ``tags``: what it was measured on that a reader must
-    know, e.g. ``['2 个设备 = 同一组 CPU 核心']``; ``spread``: (low, high) over repeats, in
-    ``unit``, unrounded like ``value`` (the summary rounds); ``headline``: the notebook's
-    headline figure; ``kind``: one of :data:`KINDS` or None (the summary guesses from
-    ``unit`` and ``key``); ``subset``: its training images (default: the last choice of
-    :func:`d2lzh.data.choose_max_examples`; None: no subset). ValueError names an argument
-    of the wrong type or form."""
+    ``key`` (str): e.g. ``'hybridize_speedup'``; ``value`` (float, int or str);
+    ``unit``: e.g. ``'s'``, ``'images/s'``, ``'x'`` (a speed-up: charted); ``note``:
+    free text; ``what``: the figure in words, in the notebook's language; ``tags``: what
+    it was measured on that a reader must know, e.g. ``['2 个设备 = 同一组 CPU 核心']``;
+    ``spread``: (low, high) over repeats, in ``unit``, unrounded; ``headline``: the
+    notebook's headline figure; ``kind``: one of :data:`KINDS` or None (the summary
+    guesses); ``subset``: its training images (default: the last choice of
+    :func:`d2lzh.data.choose_max_examples`; None: no subset). ValueError names an
+    argument of the wrong type or form."""
     if not isinstance(key, str) or not key:
         raise ValueError(f'record 的 key={key!r} 无效：请用非空的字符串')
     for name, text in (('note', note), ('what', what)):
@@ -41,23 +38,21 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
         raise ValueError(f'record 的 spread={spread!r} 无效：请用 (low, high) 两个数')
     if kind is not None and kind not in KINDS:
         raise ValueError(f'record 的 kind={kind!r} 无效：请用 {KINDS} 之一或 None')
-    path = os.environ.get('D2LZH_RESULTS')
-    if path:
-        from . import data  # here, not at the top: `import d2lzh` stays free of numpy
+    if path := os.environ.get('D2LZH_RESULTS'):
+        from . import data  # here: `import d2lzh` stays free of numpy
         subset = data.CONTEXT.get('subset') if subset == 'chosen' else subset
-        item = {'key': key, 'value': value, 'unit': unit, 'subset': subset,
-                'gpus': gpus_in_use(), 'note': note, 'what': what, 'tags': list(tags),
-                'spread': None if spread is None else [float(x) for x in spread],
-                'headline': bool(headline), 'kind': kind}
+        item = dict(key=key, value=value, unit=unit, subset=subset, gpus=gpus_in_use(),
+                    note=note, what=what, tags=list(tags),
+                    spread=None if spread is None else [float(x) for x in spread],
+                    headline=bool(headline), kind=kind)
         with open(path, 'a', encoding='utf-8') as f:
             f.write(json.dumps(item, ensure_ascii=False) + '\n')
     return value
 
 
 def output_dir():
-    """The folder a notebook writes its files into (profiler traces ...): ``$D2LZH_OUTPUT_DIR``
-    (``make run`` points it into its build folder), else ``d2lzh-output`` in the working
-    directory. Created if needed; returns a :class:`pathlib.Path`."""
+    """The folder (a :class:`pathlib.Path`, created if needed) a notebook writes files
+    into: ``$D2LZH_OUTPUT_DIR``, else ``d2lzh-output`` in the working directory."""
     from pathlib import Path
     folder = Path(os.environ.get('D2LZH_OUTPUT_DIR') or 'd2lzh-output')
     folder.mkdir(parents=True, exist_ok=True)
@@ -65,11 +60,10 @@ def output_dir():
 
 
 def load_reference(path, timeout=30):
-    """The parsed JSON file ``path`` (with ``/``, e.g. ``'bench/results/....json'``) of the
-    repository that a notebook quotes (beyond the book): from the checkout d2lzh is imported
-    from; for a notebook opened alone (Colab, Kaggle, Studio Lab), downloaded from
-    ``$D2LZH_REFERENCE_URL`` or the repository (:func:`d2lzh.project.url`), never written
-    anywhere. None when neither worked, after one printed line saying why."""
+    """The parsed JSON file ``path`` (with ``/``) of the repository (beyond the book):
+    from the checkout d2lzh is imported from, else (Colab, Kaggle ...) downloaded from
+    ``$D2LZH_REFERENCE_URL`` or the repository, never written anywhere. None when
+    neither worked, after one printed line saying why."""
     local = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                          *path.split('/'))
     if os.path.isfile(local):

@@ -1,7 +1,7 @@
 """Every process of an MXNet parameter-server job (beyond the book; docs/multi-machine.md),
-started by :mod:`d2lzh.mxnet.launch`, ``DMLC_ROLE`` saying which: a scheduler or server runs
-ps-lite's loop inside ``import mxnet``; a worker trains 8.4's LeNet on its shard (:func:`train`)
-and writes its result to ``--out``; without ``DMLC_ROLE`` it trains alone, the reference."""
+``DMLC_ROLE`` saying which: a scheduler or server runs ps-lite's loop inside ``import
+mxnet``; a worker trains 8.4's LeNet on its shard (:func:`train`); without ``DMLC_ROLE``
+it trains alone, the reference."""
 import argparse
 import contextlib
 import itertools
@@ -19,17 +19,17 @@ from ..data import load_fashion_mnist
 from ..setup import import_mxnet
 
 ROLES = ('scheduler', 'server', 'worker')
-STEP_BATCHES = ('global', 'local')  # what trainer.step gets: batch_size * num_workers or batch_size
+STEP_BATCHES = ('global', 'local')  # see train's step_batch
 PREFIX = 'd2lzh.mxnet.dist'
-# Set by d2lzh.mxnet.launch for each process it starts (with jobs.LAUNCHER_PID_ENV):
-STATUS_ENV = 'D2LZH_DIST_STATUS'    # JSON file this process writes its kv.rank and error to
+# Set by d2lzh.mxnet.launch for each process it starts:
+STATUS_ENV = 'D2LZH_DIST_STATUS'    # see write_status
 TIMEOUT_ENV = 'D2LZH_DIST_TIMEOUT'  # default of --timeout, seconds
-_status = {}  # what write_status has written so far
+_status = {}
 
 
 def write_status(**fields):
-    """Add ``fields`` to this process's status file (JSON at ``$D2LZH_DIST_STATUS``), from which
-    the launcher names a failed process (kv.rank, error). Never raises; without it, no-op."""
+    """Add ``fields`` (kv.rank, error) to this process's status file for the launcher,
+    JSON at ``$D2LZH_DIST_STATUS``. Never raises; without it, no-op."""
     _status.update(fields)
     if path := os.environ.get(STATUS_ENV):
         with contextlib.suppress(OSError):
@@ -40,16 +40,16 @@ def write_status(**fields):
 
 def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=None, lr=0.1,
           max_examples=2048, seed=0, root=None, step_batch='global'):
-    """Train LeNet with ``gluon.Trainer`` and plain SGD, alone or as one worker of a job: with a
-    ``'dist_*'`` ``kvstore`` on this process's shard (``kv.rank`` of ``kv.num_workers``, which
-    ``num_workers`` may repeat) through :func:`d2lzh.jobs.inject_faults`, else on the global
-    minibatch of ``num_workers`` (default 1), the reference. ``batch_size``: per worker and step;
-    ``step_batch='local'``: ``trainer.step(batch_size)``, not ``(batch_size * num_workers)``, a
-    common mistake (the servers sum W gradients: plain SGD then trains with W times ``lr``).
-    Returns a dict: ``params`` (float32 numpy arrays), ``names``, ``rank``, ``num_workers``,
-    ``steps``, ``global_batch``, ``losses`` (per step), ``compute_s``, ``step_s`` (s: forward +
-    backward; ``trainer.step``), ``param_bytes``, ``kvstore``, ``lr``, ``step_batch``.
-    ValueError: an invalid argument; RuntimeError: the fault ``$D2LZH_FAULT`` asks for."""
+    """Train LeNet with ``gluon.Trainer`` and plain SGD: with a ``'dist_*'`` ``kvstore``
+    on this worker's shard (``kv.rank`` of ``kv.num_workers``, which ``num_workers`` may
+    repeat), else alone on the global minibatch of ``num_workers`` (default 1), the
+    reference. ``batch_size``: per worker and step; ``step_batch='local'``:
+    ``trainer.step(batch_size)``, a common mistake (the servers sum W gradients: plain
+    SGD then trains with W times ``lr``). Returns a dict: ``params`` (float32 numpy
+    arrays), ``names``, ``rank``, ``num_workers``, ``steps``, ``global_batch``,
+    ``losses`` (per step), ``compute_s``, ``step_s`` (s: forward + backward;
+    ``trainer.step``), ``param_bytes``, ``kvstore``, ``lr``, ``step_batch``. ValueError:
+    an invalid argument; RuntimeError: the fault ``$D2LZH_FAULT`` asks for."""
     from .book import lenet
     mx = import_mxnet()
     from mxnet import autograd, gluon, nd
@@ -107,13 +107,13 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
 
 def save_result(result, folder):
     """Write a :func:`train` result to ``folder`` as ``<name>.npz`` (the parameters) and
-    ``<name>.json`` (the rest), ``name``: ``worker-<rank>`` or ``single``. Returns the JSON path."""
+    ``<name>.json`` (the path returned), ``name``: ``worker-<rank>`` or ``single``."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, 'single' if result['rank'] is None else f'worker-{result["rank"]}')
     np.savez(path + '.npz', *result['params'])
     with open(path + '.json', 'w') as f:
         json.dump({k: v for k, v in result.items() if k != 'params'}, f)
-    return path + '.json'
+    return f.name
 
 
 def load_result(folder, name):
@@ -151,7 +151,7 @@ def _parser():
 
 def main(argv=None):
     """Returns 0. A failing worker prints its traceback, records it in its status file and
-    leaves with ``os._exit(1)``: a normal exit would wait in ps-lite's barrier for lost peers."""
+    leaves with ``os._exit(1)``: a normal exit would wait for lost peers."""
     args = _parser().parse_args(argv)
     if args.fault is not None:
         try:
@@ -161,10 +161,10 @@ def main(argv=None):
     role = os.environ.get('DMLC_ROLE')
     if role not in (None, *ROLES):
         raise SystemExit(f'DMLC_ROLE={role!r} 无效：请用 {"、".join(ROLES)} 之一')
-    os.environ.pop('PORT', None)  # ps-lite binds every non-scheduler process to $PORT when set
+    os.environ.pop('PORT', None)  # ps-lite would bind every process to $PORT
     jobs.watch(args.timeout, role or '进程', on_deadline=lambda why: write_status(error=why))
     if role in ('scheduler', 'server'):
-        import_mxnet()  # runs the scheduler/server loop, then exits the process
+        import_mxnet()  # runs the loop, then exits the process
         return 0
     try:
         r = train(kvstore=args.kvstore if role else None, batch_size=args.batch_size,
@@ -182,7 +182,7 @@ def main(argv=None):
                   f'{r["global_batch"]}{mistake}，最后的损失 {r["losses"][-1]:.4f}，用时中位数：'
                   f'计算 {np.median(r["compute_s"]) * 1e3:.1f} ms + trainer.step '
                   f'{np.median(r["step_s"]) * 1e3:.1f} ms', flush=True)
-    except BaseException as err:  # noqa: B902 (report everything, then leave at once)
+    except BaseException as err:  # noqa: B902
         if role != 'worker':
             raise
         print(f'[{PREFIX}] 工作进程（pid {os.getpid()}）出错：\n{traceback.format_exc()}',

@@ -1,8 +1,7 @@
-"""MXNet's launcher with a deadline, ending the whole job when one process fails (beyond the
-book; docs/multi-machine.md): ``python -m d2lzh.mxnet.launch --host ADDRESS --timeout SECONDS
-[--grace SECONDS] ARGS`` runs ``mxnet.tools.launch ARGS`` (not importing MXNet) with
-:func:`patch_dmlc_tracker` and a :class:`Supervisor`: ps-lite never notices a dead peer, so
-this launcher names a failed process and stops every process group (:func:`main`)."""
+"""MXNet's launcher with a deadline (beyond the book; docs/multi-machine.md):
+``python -m d2lzh.mxnet.launch --host ADDRESS --timeout SECONDS [--grace SECONDS] ARGS``
+runs ``mxnet.tools.launch ARGS`` and, as ps-lite never notices a dead peer, ends the
+whole job when one process fails (:func:`main`)."""
 import argparse
 import contextlib
 import functools
@@ -32,23 +31,22 @@ def _say(msg):
 class TrackerThread(threading.Thread):
     """A Thread with dmlc's ``isAlive()`` (gone in Python 3.9) and ``setDaemon()``."""
 
-    isAlive = threading.Thread.is_alive  # noqa: N815 (dmlc_tracker's spelling)
+    isAlive = threading.Thread.is_alive  # noqa: N815
 
-    def setDaemon(self, daemonic):  # noqa: N802 (dmlc_tracker's spelling)
+    def setDaemon(self, daemonic):  # noqa: N802
         self.daemon = daemonic
 
 
 def patch_dmlc_tracker(host=None, supervisor=None):
-    """Make MXNet 1.9.1's ``dmlc_tracker`` work on Python 3.10-3.13, bound to ``host`` (str:
-    where the scheduler listens; None: dmlc's guess, which turns ``127.x`` into eth0's address).
-    Patches its ``Thread``, ``get_host_ip``, ``subprocess`` (by ``supervisor``) and the port
-    search (from a random port: two jobs started together both took 9091). Returns
-    ``dmlc_tracker.tracker``; ImportError without it (mxnet's wheel)."""
+    """Make MXNet 1.9.1's ``dmlc_tracker`` work on Python 3.10-3.13, bound to ``host``
+    (str: where the scheduler listens; None: dmlc's guess, which turns ``127.x`` into
+    eth0's address), ``supervisor`` starting its processes, from a random first port.
+    Returns ``dmlc_tracker.tracker``; ImportError without it (mxnet's wheel)."""
     tracker = importlib.import_module('dmlc_tracker.tracker')
     for name in ('tracker', 'local', 'ssh', 'mpi', 'slurm', 'sge'):
         try:
             module = importlib.import_module('dmlc_tracker.' + name)
-        except ImportError:  # e.g. an optional dependency is missing
+        except ImportError:  # an optional dependency is missing
             continue
         if getattr(module, 'Thread', None) is not None:
             module.Thread = TrackerThread
@@ -87,7 +85,7 @@ def describe_exit(code):
 
 
 class _Child(subprocess.Popen):
-    """One process of the job, in a session of its own: its role, where, status file."""
+    """One process of the job, in a session of its own."""
 
     def __init__(self, args, role, where, env, **kwargs):
         super().__init__(args, env=env, start_new_session=True, **kwargs)
@@ -108,8 +106,8 @@ class _Child(subprocess.Popen):
 
 
 class Supervisor:
-    """``dmlc_tracker``'s ``subprocess``: ``call``, ``check_call`` start a process of the job,
-    record it and wait, never returning after a failure (dmlc would restart it, print its env)."""
+    """``dmlc_tracker``'s ``subprocess``: ``call``, ``check_call`` start a process of
+    the job and wait, never returning after a failure (dmlc would restart it)."""
 
     def __init__(self, status_dir, child_timeout):
         self.children, self.stopping, self.changed = [], False, threading.Condition()
@@ -121,7 +119,7 @@ class Supervisor:
     def _run(self, plain, args, **kwargs):
         env = dict(kwargs.pop('env', None) or os.environ)
         role, where = _role_of(args, env)
-        if role is None:  # not a process of the job (rsync of the ssh launcher ...)
+        if role is None:  # not a process of the job (rsync ...)
             return plain(args, env=env, **kwargs)
         with self.changed:
             if self.stopping:
@@ -136,13 +134,13 @@ class Supervisor:
         with self.changed:
             self.changed.notify_all()
         if code != 0:
-            threading.Event().wait()  # never return into dmlc_tracker: the launcher ends the job
+            threading.Event().wait()  # the launcher ends the job
         return code
 
     call = functools.partialmethod(_run, subprocess.call)
     check_call = functools.partialmethod(_run, subprocess.check_call)
 
-    def running(self):  # in one order whatever dmlc's threads started first: it is printed
+    def running(self):  # in a fixed order: it is printed
         return sorted((c for c in self.children if c.poll() is None),
                       key=lambda c: ('scheduler', 'worker', 'server').index(c.role))
 
@@ -151,7 +149,7 @@ class Supervisor:
         with self.changed:
             self.stopping, children = True, list(self.children)
 
-        def signal_groups(sig):  # returns how many groups were there to receive it
+        def signal_groups(sig):  # how many groups received it
             there = 0
             for child in children:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -168,7 +166,7 @@ class Supervisor:
 
 
 def _parse(argv):
-    """(parser, our options, which come first; mxnet.tools.launch's and its command's)."""
+    """(parser, our options, which come first; the other arguments)."""
     p = argparse.ArgumentParser(
         prog='python -m d2lzh.mxnet.launch', add_help=False,
         description="MXNet's launcher (python -m mxnet.tools.launch ARGS) with a deadline, "
@@ -179,17 +177,16 @@ def _parse(argv):
     add('--timeout', type=float, help='end the whole job after this many seconds (required)')
     add('--grace', type=float, default=3.0, help='seconds from SIGTERM to SIGKILL (default 3)')
     add('-h', '--help', action='store_true')
-    i = 0  # the command's own options (a worker's --timeout) are not ours
-    while i < len(argv) and argv[i].split('=', 1)[0] in ('--host', '--timeout', '--grace',
-                                                         '-h', '--help'):
-        i += 1 if '=' in argv[i] or argv[i] in ('-h', '--help') else 2
+    i, valued = 0, ('--host', '--timeout', '--grace')  # the command's own are not ours
+    while i < len(argv) and argv[i].split('=', 1)[0] in (*valued, '-h', '--help'):
+        i += 2 if argv[i] in valued else 1
     return p, p.parse_args(argv[:i]), argv[i:]
 
 
 def main(argv=None):
     """Returns 0 (all finished), 1 (one failed), 124 (deadline), 128+N (signal N), 2 (usage)."""
     parser, ours, rest = _parse(list(sys.argv[1:] if argv is None else argv))
-    spec = importlib.util.find_spec('mxnet')  # MXNet's tools/launch.py, not importing MXNet
+    spec = importlib.util.find_spec('mxnet')  # not importing MXNet
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit('没有安装 MXNet：请运行 python -m d2lzh.setup.install mxnet')
     path = os.path.join(list(spec.submodule_search_locations)[0], 'tools', 'launch.py')
@@ -200,7 +197,7 @@ def main(argv=None):
         parser.print_help()
         print('\nArguments of mxnet.tools.launch:\n')
         sys.argv = ['python -m mxnet.tools.launch', '--help']
-        namespace['main']()  # argparse prints the help and exits with 0
+        namespace['main']()  # prints the help, exits with 0
     if ours.host is None or ours.timeout is None or ours.timeout <= 0:
         parser.print_usage(sys.stderr)
         _say('错误：要给出 --host ADDRESS（只用一台机器时为 127.0.0.1）和 --timeout SECONDS'
@@ -229,14 +226,14 @@ def main(argv=None):
         sys.argv = ['python -m mxnet.tools.launch', *rest]
         try:
             namespace['main']()
-        except SystemExit as err:  # argparse errors in mxnet.tools.launch
+        except SystemExit as err:  # argparse errors
             outcome['code'] = err.code if isinstance(err.code, int) else 2
         except BaseException as err:  # noqa: B902
             outcome['code'], outcome['error'] = 1, f'{type(err).__name__}: {err}'
         with supervisor.changed:
             supervisor.changed.notify_all()
 
-    # No lock in the handler (the main thread may hold it): _supervise looks every 0.2 s.
+    # No lock in the handler (the main thread may hold it)
     old = {s: signal.signal(s, lambda signum, frame: received.append(signum))
            for s in (signal.SIGINT, signal.SIGTERM)}
     thread = threading.Thread(target=run_launcher, name='mxnet.tools.launch', daemon=True)
@@ -250,7 +247,7 @@ def main(argv=None):
 
 
 def _supervise(supervisor, thread, outcome, received, ours):
-    """Wait for a failure, a signal, the deadline or the end; say which; stop all; exit status."""
+    """Wait for a failure, a signal, the deadline or the end; say which; exit status."""
     deadline = (start := time.monotonic()) + ours.timeout
     with supervisor.changed:
         while True:

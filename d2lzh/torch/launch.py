@@ -1,8 +1,7 @@
-"""DistributedDataParallel from a notebook (beyond the book): :func:`run_ddp` runs
-:func:`d2lzh.torch.ddp.ddp_worker`, and :func:`measure_allreduce` times all-reduces, in N
-processes of this machine, through torchrun's Python API (``elastic_launch``). From a shell,
-``python -m d2lzh.torch.launch --nproc-per-node 2 [flags of d2lzh.torch.ddp]`` (:func:`main`)
-is ``torchrun --standalone --nproc-per-node=2 -m d2lzh.torch.ddp [flags]`` started sooner."""
+"""DistributedDataParallel from a notebook (beyond the book): :func:`run_ddp` and
+:func:`measure_allreduce` run N processes of this machine through torchrun's Python API
+(``elastic_launch``). ``python -m d2lzh.torch.launch --nproc-per-node 2 [flags]``
+(:func:`main`): ``torchrun --standalone -m d2lzh.torch.ddp [flags]``, started sooner."""
 import argparse
 import dataclasses
 import logging
@@ -30,18 +29,15 @@ from .recipe import Recipe
 
 def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job):
     """Run :func:`d2lzh.torch.ddp.ddp_worker` (``recipe``; the keywords: fields of
-    :class:`d2lzh.torch.ddp.Job`, ``verbose`` False here) in ``world_size`` processes of this
-    machine, as ``torchrun --nproc-per-node`` does, through ``elastic_launch``; ``max_restarts``
-    after a failure (from ``recipe.checkpoint`` if set). Logging is off and the workers' stderr
-    goes to files meanwhile; torch's files are removed and the caller's SIGINT/SIGTERM
-    handlers put back after. Returns rank 0's result. ValueError: a bad argument or setting,
-    more NCCL processes than GPUs; RuntimeError
-    (from ``ChildFailedError``): a worker failed, naming its rank, exit code and last line."""
+    :class:`d2lzh.torch.ddp.Job`, ``verbose`` False here) in ``world_size`` processes of
+    this machine; ``max_restarts`` after a failure (from ``recipe.checkpoint`` if set).
+    Logging is off meanwhile, the workers' stderr goes to files. Returns rank 0's
+    result. ValueError: a bad argument or setting, more NCCL processes than GPUs;
+    RuntimeError: a worker failed, naming its rank, exit code and last line."""
     check_positive_int('world_size', world_size)
     if not whole(max_restarts, 0):
         raise ValueError(f'max_restarts={max_restarts!r} 无效：请用不小于 0 的整数')
-    unknown = sorted(set(job) - {f.name for f in dataclasses.fields(Job)})
-    if unknown:
+    if unknown := sorted(set(job) - {f.name for f in dataclasses.fields(Job)}):
         raise ValueError(f'未知的设置 {unknown}：run_ddp 的关键字参数是 d2lzh.torch.ddp.Job '
                          '的字段；每个进程怎样训练写在 recipe 里，例如 '
                          'run_ddp(2, d2l.Recipe(epochs=2, lr=0.2))')
@@ -51,13 +47,13 @@ def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job
 
 
 def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0, start='spawn'):
-    """{rank: ``entrypoint(*args)``} from ``world_size`` processes, as :func:`run_ddp` says,
-    started by multiprocessing's ``start`` method (fork: only while CUDA is not initialised)."""
+    """{rank: ``entrypoint(*args)``} from ``world_size`` processes, as :func:`run_ddp`
+    says (``start`` 'fork': only while CUDA is not initialised)."""
     log_dir = tempfile.mkdtemp(prefix='d2lzh-ddp-')
     before = set(_leftovers())
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     disabled = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)  # the launcher logs every step, with local paths
+    logging.disable(logging.CRITICAL)  # the launcher logs every step
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=world_size, run_id=uuid.uuid4().hex,
         rdzv_backend='c10d', rdzv_endpoint='127.0.0.1:0', max_restarts=max_restarts,
@@ -78,23 +74,21 @@ def _launch(world_size, entrypoint, args, max_restarts=0, join_timeout=60.0, sta
 
 
 def _forked_worker(entrypoint, *args):
-    """``entrypoint(*args)`` in a forked worker, with the default action for the signals that
-    torchelastic's agent stops workers by (SIGTERM, then SIGKILL 30 s later): the agent's own
-    handlers, inherited, raise in Python, which a worker blocked in a collective (NCCL spins in
-    C++) never reaches; it held its GPU those 30 s."""
+    """``entrypoint(*args)`` with the default signal actions: the agent's handlers,
+    inherited, raise in Python, which a worker blocked in a collective never reaches."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
     return entrypoint(*args)
 
 
-def _leftovers():  # what torch leaves in the temporary folder, and never removes (a failing
-    tmp = tempfile.gettempdir()  # worker imports TorchDynamo, which makes an inductor folder)
+def _leftovers():  # what torch leaves in the temporary folder, and never removes
+    tmp = tempfile.gettempdir()
     return [os.path.join(tmp, name) for name in os.listdir(tmp)
             if name.startswith(('torchelastic_', 'pytorch-errorfile-', 'torchinductor_'))]
 
 
 def _when(rank_failure):
-    """When a failure happened: its error file's time (ns), else torch's (whole seconds)."""
+    """When a failure happened: its error file's time, else torch's (whole seconds)."""
     failure = rank_failure[1]
     try:
         return os.stat(failure.error_file).st_mtime_ns / 1e9
@@ -103,10 +97,8 @@ def _when(rank_failure):
 
 
 def _failure_message(err, world_size, max_restarts):
-    """The first line names the failing rank, its exit code and exception; then its traceback
-    from torchrun's error file, with folders above d2lzh/ or torch/ left out."""
-    # the agent SIGTERMs the others: the root cause is a process that died of another
-    # signal (e.g. SIGKILL), else the earliest failure
+    """The failing rank, its exit code and exception; then its traceback, shortened."""
+    # the agent SIGTERMs the others: the cause died of another signal, else failed first
     signalled = [(r, f) for r, f in err.failures.items()
                  if f.exitcode < 0 and f.exitcode != -signal.SIGTERM]
     rank, failure = min(signalled or err.failures.items(), key=_when)
@@ -133,7 +125,7 @@ def _allreduce_worker(sizes, repeats, backend):
         times = []
         for size in sizes:
             x = torch.ones(max(1, size // 4), dtype=torch.float32, device=device)
-            dist.all_reduce(x)  # once before timing: connections and buffers
+            dist.all_reduce(x)  # warm-up: connections and buffers
             best = float('inf')
             for _ in range(repeats):
                 synchronize(device)
@@ -143,7 +135,7 @@ def _allreduce_worker(sizes, repeats, backend):
                 synchronize(device)
                 best = min(best, time.perf_counter() - start)
             t = torch.tensor([best], dtype=torch.float64, device=device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's
             times.append(t.item())
     finally:
         dist.destroy_process_group()
@@ -151,11 +143,11 @@ def _allreduce_worker(sizes, repeats, backend):
 
 
 def measure_allreduce(world_size, sizes, repeats=5, backend=None):
-    """Seconds of one all-reduce (sum) of a float32 tensor of each of ``sizes`` bytes (multiples of
-    4) across ``world_size`` local processes, started as by :func:`run_ddp`, over ``backend``
-    (default: nccl with GPUs, else gloo): after one untimed all-reduce, the best of ``repeats``,
-    each between a barrier and a synchronisation, from the slowest rank (beyond the book).
-    ValueError: bad arguments, more NCCL processes than GPUs; RuntimeError: a process failed."""
+    """Seconds of one all-reduce (sum) of a float32 tensor of each of ``sizes`` bytes
+    (multiples of 4) across ``world_size`` local processes over ``backend`` (default:
+    nccl with GPUs, else gloo): the best of ``repeats`` after one untimed, from the
+    slowest rank (beyond the book). ValueError: bad arguments, more NCCL processes than
+    GPUs; RuntimeError: a process failed."""
     for name, value in [('world_size', world_size), ('repeats', repeats),
                         *(('size', size) for size in sizes)]:
         check_positive_int(name, value)
@@ -164,10 +156,9 @@ def measure_allreduce(world_size, sizes, repeats=5, backend=None):
 
 
 def main(argv=None):
-    """The command line of this module (its docstring): torchrun's agent runs here and forks
-    the N workers, which inherit the imported torch and the data read once here; CUDA is first
-    touched in the workers (GPUs counted through NVML), as a forked process needs. Prints rank
-    0's summary; exit code 1 with the failing rank's traceback when a worker fails."""
+    """The command line (module docstring): the agent runs here and forks the workers,
+    which inherit torch and the data; CUDA is first touched in them. Prints rank 0's
+    summary; exits with 1 and the failing rank's traceback when a worker fails."""
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument('--nproc-per-node', type=int, default=1, help='processes: one per GPU '
                        'with NCCL (default: 1)')
@@ -175,11 +166,11 @@ def main(argv=None):
     recipe, job = _parse(argv, argparse.ArgumentParser(
         prog='python -m d2lzh.torch.launch', parents=[first], description='The job of torchrun '
         '--standalone -m d2lzh.torch.ddp, its workers forked from this process.'))
-    os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1'  # count GPUs, leaving CUDA to the workers
+    os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1'  # count GPUs without CUDA
     try:
         check_positive_int('--nproc-per-node', n)
         job = dataclasses.replace(job, backend=choose_backend(job.backend, n))
-        fashion_mnist(job.max_examples)  # read once, before the workers are forked
+        fashion_mnist(job.max_examples)  # read once, before forking
         result = _launch(n, ddp_worker, (recipe, job), start='fork')[0]
     except (ValueError, RuntimeError) as err:
         sys.exit(f'python -m d2lzh.torch.launch: {err}')
