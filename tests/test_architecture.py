@@ -24,7 +24,7 @@ LAYERS = {
     'book': ['__init__.py', 'mxnet/__init__.py', 'torch/__init__.py', 'mxnet/book.py',
              'torch/book.py', 'torch/data.py', 'torch/train.py', 'checks.py',
              'curves.py', 'data.py', 'plot.py', 'timing.py', 'trace.py'],
-    'beyond': ['torch/recipe.py', 'torch/ddp.py', 'torch/launch.py',
+    'beyond': ['torch/recipe.py', 'torch/step.py', 'torch/ddp.py', 'torch/launch.py',
                'torch/measure.py', 'mxnet/dist.py', 'mxnet/launch.py', 'jobs.py',
                'results.py', 'project.py'],
     'setup': ['setup/__init__.py', 'setup/cuda11.py', 'setup/gpus.py',
@@ -36,24 +36,22 @@ FAST_PATH = {Path(m).stem for m in LAYERS['beyond'] if m.startswith('torch/')}
 
 # Each layer's budget in non-blank characters (see `characters`), set at what the code
 # reached at the end of the change that set them (issue 48, 2026-12-02: the ladder-step runner
-# and the cold-start stages moved from bench/ and notebook 07 into torch/measure.py within that
+# and the cold-start stages moved from bench/ and notebook 07 into torch/measure.py, the
+# training step into torch/step.py, FAST's table and History into torch/recipe.py, within that
 # change). Lower one as its layer shrinks; never raise it.
-BUDGETS = {'book': 69_121, 'beyond': 81_288, 'setup': 24_171}
+BUDGETS = {'book': 69_121, 'beyond': 81_186, 'setup': 24_171}
 MAX_LINES_BEYOND = 300
-# Rooms beyond the book longer than MAX_LINES_BEYOND when the limit was set, at their
-# length then: lower the figure as the room shrinks, delete it at 300 lines or below.
-LONGER_ROOMS = {'torch/recipe.py': 383}
 # Lines over 88 characters in each module when the rule was set. These figures may only
 # be lowered, never raised; a module not listed here (a new one) may have none.
 LONG_LINES = {
     '__init__.py': 4, 'checks.py': 12, 'curves.py': 7, 'data.py': 45, 'jobs.py': 20,
-    'mxnet/__init__.py': 6, 'mxnet/book.py': 31, 'mxnet/dist.py': 39,
-    'mxnet/launch.py': 32, 'plot.py': 43, 'project.py': 10, 'results.py': 19,
+    'mxnet/__init__.py': 6, 'mxnet/book.py': 31, 'mxnet/dist.py': 20,
+    'mxnet/launch.py': 17, 'plot.py': 43, 'project.py': 5, 'results.py': 0,
     'setup/__init__.py': 23, 'setup/cuda11.py': 21, 'setup/gpus.py': 9,
-    'setup/install.py': 33, 'setup/numpy2.py': 18, 'timing.py': 18,
+    'setup/install.py': 33, 'setup/numpy2.py': 18, 'timing.py': 15,
     'torch/__init__.py': 6, 'torch/book.py': 31, 'torch/data.py': 27,
-    'torch/ddp.py': 60, 'torch/launch.py': 34, 'torch/measure.py': 27,
-    'torch/recipe.py': 60, 'torch/train.py': 15, 'trace.py': 14,
+    'torch/ddp.py': 35, 'torch/launch.py': 7, 'torch/measure.py': 1,
+    'torch/recipe.py': 32, 'torch/train.py': 15, 'trace.py': 14,
 }
 
 
@@ -88,10 +86,8 @@ def test_each_layer_keeps_within_its_budget(capsys):
 
 
 def test_no_room_beyond_the_book_is_over_300_lines():
-    over = {m: len(lines(m)) for m in LAYERS['beyond']
-            if len(lines(m)) > LONGER_ROOMS.get(m, MAX_LINES_BEYOND)}
+    over = {m: len(lines(m)) for m in LAYERS['beyond'] if len(lines(m)) > MAX_LINES_BEYOND}
     assert not over, f'at most {MAX_LINES_BEYOND} lines a room beyond the book'
-    assert all(n > MAX_LINES_BEYOND for n in LONGER_ROOMS.values())
 
 
 def test_no_line_over_88_characters_is_added():

@@ -317,19 +317,19 @@ def test_fp16_says_that_its_step_is_neither_fused_nor_recorded(monkeypatch):
 
 
 def test_linear_schedule_per_step():
-    from d2lzh.torch import recipe
+    from d2lzh.torch.step import learning_rates
     linear = d2l.Recipe(epochs=2, lr=1.0, lr_schedule='linear', lr_warmup=0.2)
-    lrs = recipe.learning_rates(linear, 5)  # 10 steps, 2 of warm-up
+    lrs = learning_rates(linear, 5)  # 10 steps, 2 of warm-up
     assert len(lrs) == 10 and lrs[:2] == [0.5, 1.0] and max(lrs) == 1.0
     assert all(a > b for a, b in zip(lrs[2:], lrs[3:])) and 0 < lrs[-1] <= 0.125
     cosine = d2l.Recipe(epochs=2, lr=1.0, lr_schedule='cosine')
-    assert recipe.learning_rates(cosine, 3) == [1.0] * 3 + [0.5] * 3
-    assert recipe.learning_rates(d2l.Recipe(epochs=1), 2) == [0.1, 0.1]
+    assert learning_rates(cosine, 3) == [1.0] * 3 + [0.5] * 3
+    assert learning_rates(d2l.Recipe(epochs=1), 2) == [0.1, 0.1]
 
 
 def test_fused_sgd_matches_torch_optim():
     """The direct call of torch._fused_sgd_ makes torch.optim.SGD's update."""
-    from d2lzh.torch.recipe import FusedSGD
+    from d2lzh.torch.step import FusedSGD
     torch.manual_seed(0)
     a = [torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)]
     b = [p.detach().clone().requires_grad_(True) for p in a]
@@ -346,7 +346,7 @@ def test_fused_sgd_matches_torch_optim():
 
 
 def test_fused_sgd_state_round_trip():
-    from d2lzh.torch.recipe import FusedSGD
+    from d2lzh.torch.step import FusedSGD
     a = [torch.randn(4, 3, requires_grad=True), torch.randn(5, requires_grad=True)]
     opt = FusedSGD(a, torch.tensor(0.1), momentum=0.9)
     assert opt.state_dict() == {'fused_sgd_momentum_buffers': None}  # before the first step
@@ -441,7 +441,7 @@ def _fake_graphs(monkeypatch, log, fail=False):
     """Let TrainStep "record" graphs on the CPU: _capture returns an object whose replay()
     runs the real eager step on the static inputs (what replaying the recorded step does on
     a GPU) and writes the loss into one static tensor."""
-    from d2lzh.torch.recipe import TrainStep
+    from d2lzh.torch.step import TrainStep
 
     def capture(self, X, y):
         log.append(('capture', self.captures, round(self.rate, 6)))
@@ -541,14 +541,15 @@ def test_ladder_recipe_carries_the_steps_techniques():
 
 def test_train_ladder_step_trains_the_book_step_with_the_books_loop():
     """d2l.train_ladder_step (notebook 07, bench_torch.py): the book's d2l.train for (a),
-    d2l.train_fast (its history has startup_s) for a step with a technique or a field."""
+    d2l.train_fast (its History) for a step with a technique or a field."""
+    from d2lzh.torch.recipe import History
     train_iter, test_iter = d2l.load_data_fashion_mnist(32, max_examples=64)
     configs = d2l.ladder_configs()
     book_step = d2l.train_ladder_step(configs['a'], train_iter, test_iter, 1, 0.1, CPU, False)
-    assert 'startup_s' not in book_step and len(book_step['epoch_times']) == 1
+    assert type(book_step) is dict and len(book_step['epoch_times']) == 1
     fast = d2l.train_ladder_step(configs['a'], train_iter, test_iter, 1, 0.1, CPU, False,
                                  momentum=0.9)
-    assert 'startup_s' in fast and fast['examples'] == 64
+    assert isinstance(fast, History) and fast['examples'] == fast.examples == 64
 
 
 def test_cold_start_runs_the_users_lines_in_a_fresh_process(tmp_path):

@@ -1,7 +1,6 @@
-"""The torchrun worker: DistributedDataParallel on Fashion-MNIST (book 8.5, and beyond it),
-``torchrun --standalone --nproc-per-node=N -m d2lzh.torch.ddp --epochs 4`` (``--help``; from
-Python: ``d2l.run_ddp``): :func:`ddp_worker` trains with :func:`d2lzh.torch.recipe.train_fast`
-on its shard as its flags, the fields of ``Recipe`` and :class:`Job`, say."""
+"""The torchrun worker of DistributedDataParallel on Fashion-MNIST (book 8.5, and beyond):
+``torchrun --standalone --nproc-per-node=N -m d2lzh.torch.ddp`` (``--help``; from Python:
+``d2l.run_ddp``); :func:`ddp_worker` trains its shard with ``train_fast``."""
 import argparse
 import dataclasses
 import functools
@@ -19,15 +18,15 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
-from torch.nn.parallel import DistributedDataParallel
 
 from .. import data as _data, jobs as _jobs
 from .book import gpu_name, lenet, num_gpus, resnet18
 from .data import FashionMNISTIter, ShardIter
 from ..checks import check, flag_rules, real, whole
-from .recipe import FAST, Recipe, capture_stream, option, train_fast
+from .recipe import FAST, Recipe, option, train_fast
+from .step import data_parallel
 
-_IMPORTED = time.time()  # torch and d2lzh imported: the first of a worker's marks
+_IMPORTED = time.time()  # a worker's first mark
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +72,7 @@ def torchrun_env():
 
 
 def choose_backend(backend, local_processes):
-    """``backend`` or, the one default of every launcher, nccl with GPUs, else gloo.
+    """``backend`` or, every launcher's default, nccl with GPUs, else gloo.
     ValueError: more NCCL processes on this machine than it has GPUs."""
     backend = backend or ('nccl' if num_gpus() > 0 else 'gloo')
     if backend == 'nccl' and num_gpus() < local_processes:
@@ -86,10 +85,9 @@ def choose_backend(backend, local_processes):
 
 def init_process_group(backend, timeout):
     """Join torchrun's job; return (rank, world_size, device): cuda:LOCAL_RANK with NCCL
-    (RuntimeError if there is no such GPU), else the CPU with this process's share of the
-    cores. Keys go under this attempt's prefix in torchrun's store, which outlives restarts
-    (gloo read a dead process's address there, torch 2.13); on one machine the sockets stay
-    on loopback; ``timeout`` (s) bounds every collective."""
+    (RuntimeError: no such GPU), else the CPU with this process's share of the cores.
+    Keys go under this attempt's prefix in torchrun's store (it outlives restarts: gloo
+    read a dead process's address there); ``timeout`` (s) bounds every collective."""
     rank, local_rank, world_size = torchrun_env()
     if backend == 'nccl':
         if local_rank >= num_gpus():
@@ -123,15 +121,14 @@ _job_store = None  # this attempt's keys in torchrun's store, once the job is jo
 
 @functools.cache
 def fashion_mnist(max_examples=None):
-    """:func:`d2lzh.data.load_fashion_mnist` (``max_examples``), loaded once per process and
-    kept: workers forked after it was loaded (``python -m d2lzh.torch.launch``) share it."""
+    """:func:`d2lzh.data.load_fashion_mnist`, once per process: workers forked after it
+    (``python -m d2lzh.torch.launch``) share it."""
     return _data.load_fashion_mnist(max_examples=max_examples, progress=False)
 
 
 def _after_a_peer(err):
-    """Whether this rank's failure ``err`` follows another's: a rank failed before it (a counter
-    in torchrun's store), or ``err`` is a broken connection to a peer (a killed rank counts
-    nothing: its peers see only that)."""
+    """Whether this rank's failure ``err`` follows another's: one counted before it in
+    torchrun's store, or ``err`` is a broken connection (a killed rank counts nothing)."""
     try:
         later = _job_store.add('failures', 1) > 1
     except Exception:  # noqa: BLE001 (the store's host may be the rank that failed)
@@ -141,16 +138,14 @@ def _after_a_peer(err):
         w in text for w in ('connection reset', 'connection closed', 'broken pipe', 'gloo', 'nccl'))
 
 
-@record  # torchrun's error file: the failing rank's exception and traceback, for the launcher
+@record  # the failing rank's traceback in torchrun's error file, for the launcher
 def _train(recipe, job):
-    """:func:`ddp_worker` up to its exit: trains, returns rank 0's result; raises what failed."""
+    """:func:`ddp_worker`, raising what fails."""
     rank, local_rank, world_size = torchrun_env()
     _jobs.watch(job.timeout, f'DDP 工作进程 rank {rank}')
     backend = choose_backend(job.backend, int(os.environ.get('LOCAL_WORLD_SIZE', 1)))
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device|Grad strides do not')
-    graphed = backend == 'nccl' and recipe.plan(torch.device('cuda', local_rank)).cuda_graph
-    if graphed:  # NCCL calls inside a CUDA graph need its async error handling off
-        os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'] = '0'
+    wrap = data_parallel(recipe, backend, local_rank)  # before the process group
     marks = {'imported': _IMPORTED}  # time.time() of each stage, in rank 0's result
     rank, world_size, device = init_process_group(backend, job.timeout)
     marks['process_group'] = time.time()
@@ -164,40 +159,31 @@ def _train(recipe, job):
             train_iter = _jobs.inject_faults(train_iter, rank)
         test_iter = FashionMNISTIter(test_x, test_y, 512, False, device=device) \
             if rank == 0 else None
-        marks['data'] = time.time()  # this rank's shard (and rank 0's test set) on its device
+        marks['data'] = time.time()  # on the device
         net = resnet18(10, conv_bias=job.conv_bias) if job.model == 'resnet18' else lenet()
         net = net.to(device, memory_format=recipe.memory_format)
         marks['model'] = time.time()  # DDP's construction next: it imports TorchDynamo
-        # A DDP step recorded in a CUDA graph, as PyTorch's CUDA-graph notes ask: NCCL >= 2.9.6,
-        # its async error handling off (above), DDP built on the side stream that records,
-        # at least 11 eager steps before the capture (TrainStep), and a static graph.
-        stream = capture_stream(device) if graphed else None
-        with torch.cuda.stream(stream):
-            model = DistributedDataParallel(
-                net, device_ids=[device.index] if device.type == 'cuda' else None,
-                gradient_as_bucket_view=job.gradient_as_bucket_view,
-                static_graph=stream is not None)
-        if stream is not None:
-            torch.cuda.current_stream(device).wait_stream(stream)
+        model = wrap(net, gradient_as_bucket_view=job.gradient_as_bucket_view)
         marks['train_start'] = time.time()  # after the data and the model
         history = train_fast(model, train_iter, test_iter, device, recipe,
                              verbose=job.verbose and rank == 0)
         marks['train_end'] = time.time()
-        digest = hashlib.sha1()  # of every parameter: equal digests, bitwise-equal replicas
+        digest = hashlib.sha1()  # of every parameter: equal ones, equal replicas
         for p in net.parameters():
             digest.update(p.detach().float().cpu().contiguous().numpy().tobytes())
         digests = [None] * world_size
         dist.all_gather_object(digests, digest.hexdigest())
         if rank != 0:
             return None
-        history.update(world_size=world_size, backend=backend, restart_count=restarts, marks=marks,
-                       device=gpu_name(device.index) if device.type == 'cuda' else 'cpu',
-                       params_digest=digests, examples=history['examples'] * world_size,
-                       images_per_s=history['images_per_s'] * world_size)
+        history = dataclasses.replace(
+            history, world_size=world_size, backend=backend, restart_count=restarts,
+            marks=marks, device=gpu_name(device.index) if device.type == 'cuda' else 'cpu',
+            params_digest=digests, examples=history.examples * world_size,
+            images_per_s=history.images_per_s * world_size)
         if job.out:  # before the teardown below: whatever happens there, the result is kept
             os.makedirs(job.out, exist_ok=True)
             with open(os.path.join(job.out, 'result.json'), 'w') as f:
-                json.dump(history, f)
+                json.dump(dataclasses.asdict(history), f)
         return history
     finally:
         if sys.exc_info()[0] is None:  # failed: ddp_worker ends the process instead
@@ -206,15 +192,12 @@ def _train(recipe, job):
 
 def ddp_worker(recipe=None, job=None):
     """One process of a DDP job (under torchrun or ``run_ddp``): trains as ``recipe`` says
-    (default ``Recipe()``; ``batch_size`` per process) what ``job`` says (default ``Job()``);
-    exits at ``job.timeout`` (124) or when its launcher is gone (1) (:func:`d2lzh.jobs.watch`);
-    ``$D2LZH_FAULT`` fails one on the first attempt. Returns, on rank 0, :func:`train_fast`'s
-    history (``examples``, ``images_per_s``: of all processes) with ``world_size``,
-    ``backend``, ``device``, ``restart_count``, ``params_digest`` (one SHA-1 per rank) and
-    ``marks`` (``time.time()`` when torch was imported, the group joined, the data was on the
-    device, the model built, training started (after DDP's construction)/ended);
-    None on other ranks. RuntimeError: not under torchrun. Anything that fails once the job
-    is joined ends the process (exit 1), its traceback in torchrun's error file and on stderr."""
+    (``batch_size`` per process) what ``job`` says; exits at ``job.timeout`` (124) or when
+    its launcher is gone (1); ``$D2LZH_FAULT`` fails one on the first attempt. Returns, on
+    rank 0, train_fast's :class:`~d2lzh.torch.recipe.History` with its DDP fields
+    (``examples``, ``images_per_s``: of all processes), else None. RuntimeError: not under
+    torchrun. A failure once the job is joined ends the process (exit 1), its traceback
+    in torchrun's error file and on stderr."""
     try:
         return _train(recipe or Recipe(), job or Job())
     except BaseException as err:
@@ -222,10 +205,8 @@ def ddp_worker(recipe=None, job=None):
             raise
         if _after_a_peer(err):  # a peer failed first (or was killed): torchrun is to report
             time.sleep(5)       # that one, its agent stopping this rank meanwhile
-        # A failed rank ends at once (its traceback in torchrun's error file, by @record, and
-        # on stderr), without destroy_process_group(), which on NCCL waits for the collective its
-        # peers are blocked in. torchrun's agent then stops the others (SIGTERM, then SIGKILL);
-        # the NCCL watchdog's collective timeout (Job.timeout) stays the last guard.
+        # End at once, without destroy_process_group() (on NCCL it waits for the collective
+        # the peers are blocked in); torchrun's agent stops the others.
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -284,9 +265,8 @@ def main(argv=None):
 
 if __name__ == '__main__':
     main()
-    # Finished, its results written and its process group destroyed: skip the interpreter's
-    # teardown, in which gloo's threads made a finished worker crash (SIGSEGV) or hang now
-    # and then (torch 2.13, CPU, on CI), failing a job that had succeeded.
+    # Done: skip the interpreter's teardown, in which gloo's threads made a finished
+    # worker crash or hang now and then (torch 2.13, CPU, CI).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

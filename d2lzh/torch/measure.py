@@ -4,6 +4,7 @@ accuracy from a cold start: :func:`cold_start` runs this file as a fresh process
 times each stage of what a user writes: ``dev = d2l.try_gpu()``,
 ``d2l.load_data_fashion_mnist(recipe.batch_size, device=dev)``,
 ``d2l.train_fast(d2l.resnet18(10, conv_bias=False), ..., dev, recipe)``."""
+import dataclasses
 import importlib
 import json
 import os
@@ -141,11 +142,12 @@ def _main(config):
     history = d2l.train_fast(wrap(net) if wrap else net, train_iter, test_iter, dev,
                              recipe, verbose=False)
     end = time.time() - t0
-    items.update(startup=history['startup_s'], epochs=sum(history['epoch_times']),
-                 evals=sum(history['eval_times']))
+    items.update(startup=history.startup_s, epochs=sum(history.epoch_times),
+                 evals=sum(history.eval_times))
     items['other'] = end - sum(items.values())
     print('COLDSTART ' + json.dumps({
-        'items': items, 'total_s': end, 'history': history, 'device': str(dev),
+        'items': items, 'total_s': end, 'history': dataclasses.asdict(history),
+        'device': str(dev),
         'reached_s': _reached(history, start, config.get('target', 0.92)),
         'torch': torch.__version__}), flush=True)
 
