@@ -24,7 +24,11 @@ versions, the date and every figure, and prints a summary table.
 measures time to accuracy instead: for each configuration (``TTA_CONFIGS``), a
 fresh process (``d2l.cold_start``, the program notebook 07 runs too) per repeat, wall time from its start to
 the first test accuracy >= 0.92 on the full 10,000-image test set, itemized,
-and writes ``<out>/<device>-x1-<date>-time-to-accuracy.json``.
+and writes ``<out>/<device>-x1-<date>-time-to-accuracy.json``. A config name ending in
+``+warm_pycache`` runs its processes with a warmed bytecode cache (``PYTHONPYCACHEPREFIX``,
+``--pycache DIR`` or a new folder; one unmeasured process fills it first), as a user's pip
+install has one; without it they run as the environment has them (the GPU machines' image:
+``PYTHONDONTWRITEBYTECODE=1``, no ``.pyc`` for torch, so every process compiles it again).
 """
 import argparse
 import dataclasses
@@ -118,8 +122,8 @@ TTA_CONFIGS = {
     'recipe': {'cudnn_benchmark': False, 'conv_bias': True,
                'recipe': dataclasses.asdict(d2l.FAST)},
 }
-# the settings of d2l.cold_start's config, and this bench's (compile_cache)
-SETTINGS = ('cudnn_benchmark', 'gpu_data', 'conv_bias', 'target', 'compile_cache')
+# the settings of d2l.cold_start's config, and this bench's (compile_cache, warm_pycache)
+SETTINGS = ('cudnn_benchmark', 'gpu_data', 'conv_bias', 'target', 'compile_cache', 'warm_pycache')
 
 
 def _variant(name, **changes):
@@ -128,11 +132,12 @@ def _variant(name, **changes):
 
 def _config(name, changes=None):
     """A config of TTA_CONFIGS, or an ad-hoc one: ``base+key=value+...`` changes ``base``
-    (values are JSON; SETTINGS are the child's, other keys fields of d2l.Recipe; a new
-    number of epochs moves an eval_from > 1 to the last epoch)."""
+    (values are JSON, ``+key`` alone is ``+key=true``; SETTINGS are the child's, other keys
+    fields of d2l.Recipe; a new number of epochs moves an eval_from > 1 to the last epoch)."""
     base, *pairs = name.split('+')
     cfg = json.loads(json.dumps(TTA_CONFIGS[base]))
-    changes = {**dict((k, json.loads(v)) for k, v in (p.split('=', 1) for p in pairs)),
+    pairs = [p.split('=', 1) if '=' in p else (p, 'true') for p in pairs]
+    changes = {**dict((k, json.loads(v)) for k, v in pairs),
                **(changes or {})}
     for key, value in changes.items():
         (cfg if key in SETTINGS else cfg['recipe'])[key] = value
@@ -178,15 +183,18 @@ def _spread(values):
             'stdev': statistics.stdev(values) if len(values) > 1 else 0.0, 'n': len(values)}
 
 
-def run_tta_process(cfg, timeout, cache=None):
+def run_tta_process(cfg, timeout, cache=None, pycache=None):
     """One fresh process of ``d2l.cold_start`` (``cfg``: its config); returns its ``items``
     (seconds of each stage), ``reached_s``, ``total_s`` and the history's ``test_acc``,
     ``images_per_s``, ``epoch_times``, or ``{'error': ...}``. Its compile caches are in
-    the folder ``cache`` (None: an empty one, a cold compile)."""
+    the folder ``cache`` (None: an empty one, a cold compile), its bytecode cache in the
+    folder ``pycache`` (None: as this environment has it)."""
     with tempfile.TemporaryDirectory(prefix='tta-') as tmp:
         cache = cache or tmp
         env = {'PYTHONUNBUFFERED': '1', 'TORCHINDUCTOR_CACHE_DIR': os.path.join(cache, 'inductor'),
                'TRITON_CACHE_DIR': os.path.join(cache, 'triton')}
+        if pycache:  # '' clears the image's PYTHONDONTWRITEBYTECODE=1
+            env.update(PYTHONPYCACHEPREFIX=pycache, PYTHONDONTWRITEBYTECODE='')
         try:
             r = d2l.cold_start(cfg, timeout, env)
         except RuntimeError as err:
@@ -209,6 +217,8 @@ def time_to_accuracy(argv):
     parser.add_argument('--timeout', type=float, default=240, help='seconds per process')
     parser.add_argument('--out', type=Path, default=ROOT / 'bench' / 'results')
     parser.add_argument('--max-examples', default='all')
+    parser.add_argument('--pycache', metavar='DIR', help="bytecode cache (PYTHONPYCACHEPREFIX) "
+                        "of the configs named '...+warm_pycache' (default: a new folder each)")
     args = parser.parse_args(argv)
     names = list(TTA_CONFIGS) if args.configs == 'all' else args.configs.split(',')
     unknown = [n for n in names if n.split('+')[0] not in TTA_CONFIGS]
@@ -229,11 +239,20 @@ def time_to_accuracy(argv):
         runs, extra = [], {}
         with tempfile.TemporaryDirectory(prefix='tta-cache-') as cache:
             warm = _config(name).get('compile_cache')
-            for r in range(-1 if warm else 0, args.repeats):  # -1: fills the cache
+            pycache = _config(name).get('warm_pycache') and (args.pycache or
+                                                             os.path.join(cache, 'pycache'))
+            extra['pycache'] = (
+                'warm: PYTHONPYCACHEPREFIX='
+                + ('--pycache' if args.pycache else '<a new folder>')
+                + ', filled by one process first (cache_filling_run, not counted)' if pycache else
+                'as the environment has it: PYTHONDONTWRITEBYTECODE='
+                f"{os.environ.get('PYTHONDONTWRITEBYTECODE')!r}, PYTHONPYCACHEPREFIX="
+                f"{os.environ.get('PYTHONPYCACHEPREFIX')!r}")
+            for r in range(-1 if warm or pycache else 0, args.repeats):  # -1: fills the caches
                 cfg = dict(_config(name), seed=args.seed + max(r, 0),
                            max_examples=args.max_examples)
                 try:
-                    run = run_tta_process(cfg, args.timeout, cache if warm else None)
+                    run = run_tta_process(cfg, args.timeout, cache if warm else None, pycache)
                 except subprocess.TimeoutExpired:
                     run = {'error': f'no result within {args.timeout} s'}
                 if r < 0:
@@ -250,6 +269,8 @@ def time_to_accuracy(argv):
                  'items': {k: _spread([r['items'][k] for r in ok])
                            for k in (ok[0]['items'] if ok else [])}}
         result['configs'][name] = entry
+        # after each config, so that a run stopped later keeps what it measured
+        path = write_result(result, args.out, 1, '-time-to-accuracy')
         if not ok:
             print(f'{name:28s} failed: {runs[0]["error"][-300:]}', flush=True)
             continue
@@ -259,7 +280,6 @@ def time_to_accuracy(argv):
         items = ' '.join(f"{k}={v['mean']:.2f}" for k, v in entry['items'].items())
         print(f"{name:28s} {reach:>18s} {entry['final_acc']['mean']:9.4f} "
               f"{entry['images_per_s']['mean']:9.0f}  {items}", flush=True)
-    path = write_result(result, args.out, 1, '-time-to-accuracy')
     print(f'written to {path.name}', flush=True)
 
 
