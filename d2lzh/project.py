@@ -1,6 +1,6 @@
 """The project's own facts, written once (beyond the book): :data:`EDITIONS`,
-:data:`NOTEBOOKS` (the one registry of the notebooks) and the repository URL. Plain
-Python: scripts/make_args.py loads it without importing the package."""
+:data:`NOTEBOOKS` and the repository URL. Plain Python: scripts/make_args.py loads it
+without importing the package."""
 import importlib.metadata
 import re
 from collections import namedtuple
@@ -8,8 +8,8 @@ from pathlib import Path
 
 Notebook = namedtuple('Notebook', 'edition path section twin')
 Notebook.__doc__ = """A chapter notebook: ``edition`` ('mxnet' or 'pytorch'), ``path``
-from the repository root, the book ``section`` ('4.6' ... or 'beyond'), and ``twin``:
-the other edition's notebook, or None."""
+from the repository root, book ``section`` ('4.6' ... or 'beyond'), ``twin`` (the other
+edition's path, or None)."""
 
 # book section, MXNet notebook, PyTorch notebook (None: none)
 _SECTIONS = (
@@ -23,16 +23,15 @@ _SECTIONS = (
     ('beyond', None, '07_modern-gpu-training'),
 )
 Edition = namedtuple('Edition', 'label folder')
-#: Each edition's name in prose and its notebooks' folder.
 EDITIONS = {'mxnet': Edition('MXNet', 'notebooks/'),
             'pytorch': Edition('PyTorch', 'notebooks/pytorch/')}
 _MX, _PT = (e.folder for e in EDITIONS.values())
 _PATHS = [(s, m and f'{_MX}{m}.ipynb', p and f'{_PT}{p}.ipynb')
           for s, m, p in _SECTIONS]
 #: Every notebook, the MXNet edition first, each edition in file order.
-NOTEBOOKS = tuple(sorted([Notebook('mxnet', m, s, p) for s, m, p in _PATHS if m]
-                         + [Notebook('pytorch', p, s, m) for s, m, p in _PATHS if p],
-                         key=lambda nb: (nb.edition, nb.path)))
+NOTEBOOKS = tuple(sorted(
+    [Notebook('mxnet', m, s, p) for s, m, p in _PATHS if m]
+    + [Notebook('pytorch', p, s, m) for s, m, p in _PATHS if p]))
 
 
 def notebooks(edition='all'):
@@ -56,7 +55,7 @@ def find(path):
 def repository():
     """(owner, repo, branch) from the ``Source`` URL of pyproject.toml in a checkout,
     else of the installed package's metadata, or None."""
-    pyproject = Path(__file__).resolve().parent.parent / 'pyproject.toml'
+    pyproject = Path(__file__).resolve().parents[1] / 'pyproject.toml'
     if pyproject.exists():
         text = pyproject.read_text(encoding='utf-8')
     else:
@@ -70,8 +69,8 @@ def repository():
 
 def url(path, kind='raw'):
     """The URL of ``path`` (repository-relative, with ``/``) in the repository, or None.
-    ``kind``: 'raw' (the file's bytes), 'blob' (its GitHub page), 'tree' (a folder's page)
-    or 'colab' (a notebook opened in Google Colab)."""
+    ``kind``: 'raw' (the file), 'blob' (its GitHub page), 'tree' (a folder's page) or
+    'colab' (the notebook in Google Colab)."""
     repo = repository()
     if repo is None:
         return None

@@ -1,16 +1,16 @@
-"""What a notebook measured (beyond the book): :func:`record` keeps a key figure for
-``make run``'s summary; :func:`load_reference` reads a benchmark JSON it quotes."""
+"""What a notebook measured (beyond the book): key figures for ``make run``'s summary
+(:func:`record`), benchmark JSONs it quotes (:func:`load_reference`)."""
 import json
 import os
+from pathlib import Path
 
 from . import project
 from .setup.gpus import gpus_in_use
 
-#: A URL ending in ``/`` that :func:`load_reference` downloads from instead of the
-#: repository (``file://CHECKOUT/`` from scripts/cloud_runtime.py).
+#: A URL :func:`load_reference` downloads from instead of the repository.
 REFERENCE_URL_ENV = 'D2LZH_REFERENCE_URL'
-#: What a figure is (:func:`record`'s ``kind``): a speed-up (time before / time after,
-#: charted), a ratio stated without a verdict, a test accuracy.
+#: What a figure is (:func:`record`'s ``kind``): a speed-up (time before / after), a
+#: ratio stated without a verdict, a test accuracy.
 KINDS = ('speedup', 'ratio', 'accuracy')
 
 
@@ -18,17 +18,15 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
            headline=False, kind=None, subset='chosen'):
     """Keep one measured figure for ``make run``'s summary; returns ``value`` unchanged.
     With ``$D2LZH_RESULTS`` naming a file, appends it there as a JSON line, with the
-    data subset and the GPUs the framework could use.
+    GPUs the framework could use.
 
-    ``key`` (str): e.g. ``'hybridize_speedup'``; ``value`` (float, int or str);
-    ``unit``: e.g. ``'s'``, ``'images/s'``, ``'x'`` (a speed-up: charted); ``note``:
-    free text; ``what``: the figure in words, in the notebook's language; ``tags``: what
-    it was measured on that a reader must know, e.g. ``['2 个设备 = 同一组 CPU 核心']``;
-    ``spread``: (low, high) over repeats, in ``unit``, unrounded; ``headline``: the
-    notebook's headline figure; ``kind``: one of :data:`KINDS` or None (the summary
-    guesses); ``subset``: its training images (default: the last choice of
-    :func:`d2lzh.data.choose_max_examples`; None: no subset). ValueError names an
-    argument of the wrong type or form."""
+    ``key`` (str), ``value`` (float, int or str), ``unit`` (e.g. ``'s'``; ``'x'``: a
+    speed-up, charted); ``note``: free text; ``what``: the figure in words, in the
+    notebook's language; ``tags``: what a reader must know it was measured on;
+    ``spread``: (low, high) over repeats, in ``unit``, unrounded; ``headline`` (bool);
+    ``kind``: one of :data:`KINDS` or None (the summary guesses); ``subset``: its
+    training images (default: the last choice of :func:`d2lzh.data.choose_max_examples`;
+    None: none). ValueError: an argument of the wrong type or form."""
     if not isinstance(key, str) or not key:
         raise ValueError(f'record 的 key={key!r} 无效：请用非空的字符串')
     for name, text in (('note', note), ('what', what)):
@@ -51,24 +49,21 @@ def record(key, value, unit='', note=None, *, what=None, tags=(), spread=None,
 
 
 def output_dir():
-    """The folder (a :class:`pathlib.Path`, created if needed) a notebook writes files
-    into: ``$D2LZH_OUTPUT_DIR``, else ``d2lzh-output`` in the working directory."""
-    from pathlib import Path
+    """The folder (:class:`pathlib.Path`, created if needed) a notebook writes files
+    into: ``$D2LZH_OUTPUT_DIR``, else ``./d2lzh-output``."""
     folder = Path(os.environ.get('D2LZH_OUTPUT_DIR') or 'd2lzh-output')
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
 def load_reference(path, timeout=30):
-    """The parsed JSON file ``path`` (with ``/``) of the repository (beyond the book):
-    from the checkout d2lzh is imported from, else (Colab, Kaggle ...) downloaded from
-    ``$D2LZH_REFERENCE_URL`` or the repository, never written anywhere. None when
-    neither worked, after one printed line saying why."""
-    local = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                         *path.split('/'))
+    """The parsed JSON file ``path`` (with ``/``) of the repository: read from the
+    checkout d2lzh is imported from, else (Colab, Kaggle ...) downloaded from
+    ``$D2LZH_REFERENCE_URL`` or the repository, never stored. None when neither
+    worked, after one printed line saying why."""
+    local = Path(os.path.abspath(__file__)).parents[1].joinpath(*path.split('/'))
     if os.path.isfile(local):
-        with open(local, encoding='utf-8') as f:
-            return json.load(f)
+        return json.loads(local.read_text(encoding='utf-8'))
     base = os.environ.get(REFERENCE_URL_ENV)
     url = base.rstrip('/') + '/' + path if base else project.url(path)
     why = '不知道仓库的网址'

@@ -1,7 +1,6 @@
 """Every process of an MXNet parameter-server job (beyond the book; docs/multi-machine.md),
-``DMLC_ROLE`` saying which: a scheduler or server runs ps-lite's loop inside ``import
-mxnet``; a worker trains 8.4's LeNet on its shard (:func:`train`); without ``DMLC_ROLE``
-it trains alone, the reference."""
+``$DMLC_ROLE`` saying which: a scheduler or server runs ps-lite inside ``import mxnet``;
+a worker, or a process without a role, trains 8.4's LeNet (:func:`train`)."""
 import argparse
 import contextlib
 import itertools
@@ -19,17 +18,17 @@ from ..data import load_fashion_mnist
 from ..setup import import_mxnet
 
 ROLES = ('scheduler', 'server', 'worker')
-STEP_BATCHES = ('global', 'local')  # see train's step_batch
+STEP_BATCHES = ('global', 'local')
 PREFIX = 'd2lzh.mxnet.dist'
 # Set by d2lzh.mxnet.launch for each process it starts:
-STATUS_ENV = 'D2LZH_DIST_STATUS'    # see write_status
-TIMEOUT_ENV = 'D2LZH_DIST_TIMEOUT'  # default of --timeout, seconds
+STATUS_ENV = 'D2LZH_DIST_STATUS'
+TIMEOUT_ENV = 'D2LZH_DIST_TIMEOUT'
 _status = {}
 
 
 def write_status(**fields):
-    """Add ``fields`` (kv.rank, error) to this process's status file for the launcher,
-    JSON at ``$D2LZH_DIST_STATUS``. Never raises; without it, no-op."""
+    """Add ``fields`` (kv.rank, error) to the JSON file ``$D2LZH_DIST_STATUS`` that the
+    launcher reads, if set. Never raises."""
     _status.update(fields)
     if path := os.environ.get(STATUS_ENV):
         with contextlib.suppress(OSError):
@@ -40,16 +39,15 @@ def write_status(**fields):
 
 def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=None, lr=0.1,
           max_examples=2048, seed=0, root=None, step_batch='global'):
-    """Train LeNet with ``gluon.Trainer`` and plain SGD: with a ``'dist_*'`` ``kvstore``
-    on this worker's shard (``kv.rank`` of ``kv.num_workers``, which ``num_workers`` may
-    repeat), else alone on the global minibatch of ``num_workers`` (default 1), the
-    reference. ``batch_size``: per worker and step; ``step_batch='local'``:
-    ``trainer.step(batch_size)``, a common mistake (the servers sum W gradients: plain
-    SGD then trains with W times ``lr``). Returns a dict: ``params`` (float32 numpy
-    arrays), ``names``, ``rank``, ``num_workers``, ``steps``, ``global_batch``,
-    ``losses`` (per step), ``compute_s``, ``step_s`` (s: forward + backward;
-    ``trainer.step``), ``param_bytes``, ``kvstore``, ``lr``, ``step_batch``. ValueError:
-    an invalid argument; RuntimeError: the fault ``$D2LZH_FAULT`` asks for."""
+    """Train 8.4's LeNet with ``gluon.Trainer`` and plain SGD: with a ``'dist_*'``
+    ``kvstore`` on this worker's shard (``num_workers``: None or ``kv.num_workers``),
+    else alone on the global minibatch of ``num_workers`` (default 1), the reference.
+    ``batch_size``: per worker and step; ``step_batch='local'``: the common mistake
+    ``trainer.step(batch_size)`` (W workers: W times ``lr``). Returns a dict:
+    ``params`` (float32 numpy arrays), ``names``, ``rank``, ``num_workers``, ``steps``,
+    ``global_batch``, ``losses`` (per step), ``compute_s``, ``step_s`` (s: forward +
+    backward; ``trainer.step``), ``param_bytes``, ``kvstore``, ``lr``, ``step_batch``.
+    ValueError: an invalid argument; RuntimeError: a fault from ``$D2LZH_FAULT``."""
     from .book import lenet
     mx = import_mxnet()
     from mxnet import autograd, gluon, nd
@@ -99,10 +97,10 @@ def train(kvstore=None, batch_size=64, num_workers=None, epochs=1, max_steps=Non
         compute_s.append(middle - start)
         step_s.append(time.perf_counter() - middle)
     values = [p.data().asnumpy() for p in params.values()]
-    return dict(params=values, names=list(params.keys()), rank=rank, num_workers=workers,
+    return dict(params=values, names=list(params), rank=rank, num_workers=workers,
                 kvstore=kvstore, steps=len(losses), global_batch=global_batch, losses=losses,
                 compute_s=compute_s, step_s=step_s, lr=lr, step_batch=step_batch,
-                param_bytes=int(sum(v.size for v in values) * 4))
+                param_bytes=sum(v.nbytes for v in values))
 
 
 def save_result(result, folder):
@@ -182,7 +180,7 @@ def main(argv=None):
                   f'{r["global_batch"]}{mistake}，最后的损失 {r["losses"][-1]:.4f}，用时中位数：'
                   f'计算 {np.median(r["compute_s"]) * 1e3:.1f} ms + trainer.step '
                   f'{np.median(r["step_s"]) * 1e3:.1f} ms', flush=True)
-    except BaseException as err:  # noqa: B902
+    except BaseException as err:
         if role != 'worker':
             raise
         print(f'[{PREFIX}] 工作进程（pid {os.getpid()}）出错：\n{traceback.format_exc()}',

@@ -1,7 +1,6 @@
-"""MXNet's launcher with a deadline (beyond the book; docs/multi-machine.md):
-``python -m d2lzh.mxnet.launch --host ADDRESS --timeout SECONDS [--grace SECONDS] ARGS``
-runs ``mxnet.tools.launch ARGS`` and, as ps-lite never notices a dead peer, ends the
-whole job when one process fails (:func:`main`)."""
+"""MXNet's launcher with a deadline (beyond the book; docs/multi-machine.md): runs
+``mxnet.tools.launch ARGS`` and, as ps-lite never notices a dead peer, ends the whole
+job when one process fails."""
 import argparse
 import contextlib
 import functools
@@ -31,33 +30,33 @@ def _say(msg):
 class TrackerThread(threading.Thread):
     """A Thread with dmlc's ``isAlive()`` (gone in Python 3.9) and ``setDaemon()``."""
 
-    isAlive = threading.Thread.is_alive  # noqa: N815
+    isAlive = threading.Thread.is_alive
 
-    def setDaemon(self, daemonic):  # noqa: N802
+    def setDaemon(self, daemonic):
         self.daemon = daemonic
 
 
 def patch_dmlc_tracker(host=None, supervisor=None):
-    """Make MXNet 1.9.1's ``dmlc_tracker`` work on Python 3.10-3.13, bound to ``host``
-    (str: where the scheduler listens; None: dmlc's guess, which turns ``127.x`` into
-    eth0's address), ``supervisor`` starting its processes, from a random first port.
-    Returns ``dmlc_tracker.tracker``; ImportError without it (mxnet's wheel)."""
+    """Make MXNet 1.9.1's ``dmlc_tracker`` work on Python 3.10-3.13, its scheduler at
+    ``host`` (str; None: dmlc's guess, which turns ``127.x`` into eth0's address), its
+    processes started by ``supervisor``, from a random port. Returns
+    ``dmlc_tracker.tracker``; ImportError without it (mxnet's wheel)."""
     tracker = importlib.import_module('dmlc_tracker.tracker')
     for name in ('tracker', 'local', 'ssh', 'mpi', 'slurm', 'sge'):
         try:
             module = importlib.import_module('dmlc_tracker.' + name)
         except ImportError:  # an optional dependency is missing
             continue
-        if getattr(module, 'Thread', None) is not None:
+        if hasattr(module, 'Thread'):
             module.Thread = TrackerThread
         if supervisor is not None and hasattr(module, 'subprocess'):
             module.subprocess = supervisor
     ps = tracker.PSTracker
-    guess = tracker.__dict__.setdefault('_d2lzh_get_host_ip', tracker.get_host_ip)
-    init = ps.__dict__.get('_d2lzh_init', ps.__init__)
+    guess = vars(tracker).setdefault('_d2lzh_get_host_ip', tracker.get_host_ip)
+    init = vars(ps).get('_d2lzh_init', ps.__init__)
     tracker.get_host_ip = lambda host_ip=None: host if host is not None else guess(host_ip)
 
-    def ps_tracker_init(self, hostIP, cmd, port=9091, port_end=9999, envs=None):  # noqa: N803
+    def ps_tracker_init(self, hostIP, cmd, port=9091, port_end=9999, envs=None):
         start = random.randrange(port, port + max(1, (port_end - port) // 2))
         init(self, hostIP, cmd, port=start, port_end=port_end, envs=envs)
 
@@ -66,7 +65,7 @@ def patch_dmlc_tracker(host=None, supervisor=None):
 
 
 def _role_of(args, env):
-    """(role, where) from DMLC_ROLE in ``env`` or in ``args`` (ssh, mpi), else (None, None)."""
+    """(role, where) from DMLC_ROLE in ``env`` or in ``args`` (ssh, mpi)."""
     if env.get('DMLC_ROLE'):
         return env['DMLC_ROLE'], None
     text = args if isinstance(args, str) else ' '.join(map(str, args))
@@ -85,7 +84,7 @@ def describe_exit(code):
 
 
 class _Child(subprocess.Popen):
-    """One process of the job, in a session of its own."""
+    """One process of the job."""
 
     def __init__(self, args, role, where, env, **kwargs):
         super().__init__(args, env=env, start_new_session=True, **kwargs)
@@ -134,7 +133,7 @@ class Supervisor:
         with self.changed:
             self.changed.notify_all()
         if code != 0:
-            threading.Event().wait()  # the launcher ends the job
+            threading.Event().wait()
         return code
 
     call = functools.partialmethod(_run, subprocess.call)
@@ -166,7 +165,7 @@ class Supervisor:
 
 
 def _parse(argv):
-    """(parser, our options, which come first; the other arguments)."""
+    """(parser, our options, the other arguments)."""
     p = argparse.ArgumentParser(
         prog='python -m d2lzh.mxnet.launch', add_help=False,
         description="MXNet's launcher (python -m mxnet.tools.launch ARGS) with a deadline, "
@@ -228,7 +227,7 @@ def main(argv=None):
             namespace['main']()
         except SystemExit as err:  # argparse errors
             outcome['code'] = err.code if isinstance(err.code, int) else 2
-        except BaseException as err:  # noqa: B902
+        except BaseException as err:
             outcome['code'], outcome['error'] = 1, f'{type(err).__name__}: {err}'
         with supervisor.changed:
             supervisor.changed.notify_all()
@@ -258,7 +257,7 @@ def _supervise(supervisor, thread, outcome, received, ours):
             supervisor.changed.wait(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
     if failed is not None:
         error = failed.status().get('error')
-        others = [c.name() for c in supervisor.running() if c is not failed]
+        others = [c.name() for c in supervisor.running()]
         _say(f'{failed.name()} 运行 {time.monotonic() - failed.started:.1f} 秒后失败：'
              f'{describe_exit(failed.returncode)}{f"；它的错误：{error}" if error else ""}')
         _say(f'结束作业：停止其余 {len(others)} 个进程：{"; ".join(others) or "无"}')
