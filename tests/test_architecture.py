@@ -38,20 +38,21 @@ FAST_PATH = {Path(m).stem for m in LAYERS['beyond'] if m.startswith('torch/')}
 # reached at the end of the change that set them (issue 48, 2026-12-02: the ladder-step runner
 # and the cold-start stages moved from bench/ and notebook 07 into torch/measure.py, the
 # training step into torch/step.py, FAST's table and History into torch/recipe.py, within that
-# change). Lower one as its layer shrinks; never raise it.
-BUDGETS = {'book': 69_121, 'beyond': 81_186, 'setup': 24_171}
+# change; issue 49's AllReduceParallel came in under it). Lower one as its layer shrinks;
+# never raise it.
+BUDGETS = {'book': 69_121, 'beyond': 81_145, 'setup': 24_171}
 MAX_LINES_BEYOND = 300
 # Lines over 88 characters in each module when the rule was set. These figures may only
 # be lowered, never raised; a module not listed here (a new one) may have none.
 LONG_LINES = {
     '__init__.py': 4, 'checks.py': 12, 'curves.py': 7, 'data.py': 45, 'jobs.py': 20,
-    'mxnet/__init__.py': 6, 'mxnet/book.py': 31, 'mxnet/dist.py': 20,
-    'mxnet/launch.py': 17, 'plot.py': 43, 'project.py': 5, 'results.py': 0,
+    'mxnet/__init__.py': 6, 'mxnet/book.py': 31, 'mxnet/dist.py': 19,
+    'mxnet/launch.py': 15, 'plot.py': 43, 'project.py': 4, 'results.py': 0,
     'setup/__init__.py': 23, 'setup/cuda11.py': 21, 'setup/gpus.py': 9,
     'setup/install.py': 33, 'setup/numpy2.py': 18, 'timing.py': 15,
     'torch/__init__.py': 6, 'torch/book.py': 31, 'torch/data.py': 27,
-    'torch/ddp.py': 35, 'torch/launch.py': 7, 'torch/measure.py': 1,
-    'torch/recipe.py': 32, 'torch/train.py': 15, 'trace.py': 14,
+    'torch/ddp.py': 29, 'torch/launch.py': 7, 'torch/measure.py': 1,
+    'torch/recipe.py': 27, 'torch/train.py': 15, 'trace.py': 14,
 }
 
 

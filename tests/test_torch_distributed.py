@@ -383,3 +383,110 @@ def test_forked_workers_blocked_in_a_collective_end_soon_after_a_peer_fails(debi
     assert codes == [0], outs
     assert 'DDP 工作进程 rank 2（共 3 个）失败，退出码 1：RuntimeError: rank 2 fails' in outs[0]
     assert end - float(failed_at.read_text()) < 10
+
+
+# ------------------------------------------- data parallelism without DDP (issue 49)
+
+def test_allreduce_workers_equal_one_process_on_the_combined_batch(debian_dir, tmp_path):
+    """--data-parallel allreduce (AllReduceParallel: one all-reduce of a flat gradient
+    buffer per step) trains what DDP and one process on the global minibatch train."""
+    from d2lzh import data, jobs
+
+    cmd = [*_torchrun_args(), *WORKER, *CONFIG, '--data-parallel', 'allreduce',
+           '--out', str(tmp_path / 'out'), '--checkpoint', str(tmp_path / 'ck.pt')]
+    codes, outs, _ = _run([cmd], tmp_path)
+    assert codes == [0], outs
+    result = json.loads((tmp_path / 'out' / 'result.json').read_text())
+    assert result['world_size'] == 2 and len(set(result['params_digest'])) == 1
+    state = torch.load(tmp_path / 'ck.pt', weights_only=True)['model']
+    train_x, train_y, _, _ = data.load_fashion_mnist(max_examples=64, progress=False)
+    X = torch.tensor(train_x, dtype=torch.float32).unsqueeze(1) / 255
+    Y = torch.tensor(train_y, dtype=torch.int64)
+    torch.manual_seed(0)
+    net = d2l.lenet()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(2):
+        for idx in jobs.batch_indices(64, 8, 2, None, epoch, 0):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(X[idx]), Y[idx]).backward()
+            opt.step()
+    for name, value in net.state_dict().items():
+        torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-6)
+
+
+ALLREDUCE_PARTS = '''
+import os, sys
+import torch
+from d2lzh.torch import ddp
+from d2lzh.torch.step import AllReduceParallel
+
+rank, world, _ = ddp.init_process_group('gloo', timeout=60)
+torch.manual_seed(rank)  # different weights on each rank: rank 0's must win
+net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+model = AllReduceParallel(net)
+first = [p.detach().clone() for p in net.parameters()]
+(net(torch.randn(4, 3)) ** 3).sum().backward()  # a batch of each rank's own
+mine = [p.grad.clone() for p in model.params]
+model.allreduce_grads()
+net[1].running_mean.fill_(rank)  # 0 and 1: the mean is 0.5
+model.average_buffers()
+torch.save({'first': first, 'mine': mine, 'mean': [p.grad for p in model.params],
+            'running_mean': net[1].running_mean}, sys.argv[1] + f'.{rank}')
+torch.distributed.destroy_process_group()
+'''
+
+
+def test_allreduce_parallel_broadcasts_averages_gradients_and_batch_norm(tmp_path):
+    """AllReduceParallel, 2 gloo processes: rank 0's weights everywhere, each gradient the
+    mean of the two processes' gradients, batch norm's running statistics averaged."""
+    script = tmp_path / 'parts.py'
+    script.write_text(ALLREDUCE_PARTS)
+    codes, outs, _ = _run([[*_torchrun_args(), str(script), str(tmp_path / 'out')]], tmp_path)
+    assert codes == [0], outs
+    r0, r1 = (torch.load(tmp_path / f'out.{r}', weights_only=True) for r in (0, 1))
+    for a, b in zip(r0['first'], r1['first']):
+        torch.testing.assert_close(a, b)
+    assert not torch.equal(r0['mine'][0], r1['mine'][0])  # the inputs differ per rank
+    for g0, g1, m0, m1 in zip(r0['mine'], r1['mine'], r0['mean'], r1['mean']):
+        torch.testing.assert_close(m0, (g0 + g1) / 2)
+        torch.testing.assert_close(m0, m1)
+    assert r0['running_mean'].tolist() == r1['running_mean'].tolist() == [0.5, 0.5]
+
+
+NO_DYNAMO = '''
+import os, sys
+from d2lzh.torch import ddp
+from d2lzh import torch as d2l
+
+recipe = d2l.Recipe(batch_size=16, epochs=1, lr=0.1, fused_sgd=True, amp='off')
+job = ddp.Job(model='resnet18', max_examples='64', data_parallel=sys.argv[1],
+              verbose=False, timeout=60)
+r = ddp.ddp_worker(recipe, job)
+print('TorchDynamo:', 'torch._dynamo' in sys.modules, 'examples:', r.examples)
+'''
+
+
+@pytest.mark.parametrize('kind, dynamo', [('allreduce', False), ('ddp', True)])
+def test_the_allreduce_worker_never_imports_torchdynamo(debian_dir, tmp_path, kind, dynamo):
+    """A worker with --data-parallel allreduce trains ResNet-18 without importing
+    TorchDynamo (about 4.7 s of a cold start on one H200); DDP imports it."""
+    script = tmp_path / 'no_dynamo.py'
+    script.write_text(NO_DYNAMO)
+    env = {'RANK': '0', 'LOCAL_RANK': '0', 'WORLD_SIZE': '1', 'LOCAL_WORLD_SIZE': '1',
+           'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(_free_port())}
+    codes, outs, _ = _run([[sys.executable, str(script), kind]], tmp_path, env)
+    assert codes == [0], outs
+    assert f'TorchDynamo: {dynamo} examples: 64' in outs[0]
+
+
+@pytest.mark.parametrize('fault', ['raise:1:1', 'kill:1:1'])
+def test_a_failing_allreduce_worker_ends_the_job_soon(debian_dir, tmp_path, fault):
+    """With --data-parallel allreduce, rank 0 waits in the all-reduce of a step that rank 1
+    never reaches: torchrun's agent still ends the job soon after rank 1 fails, and names it."""
+    cmd = _torchrun_args(extra=['--log-dir', str(tmp_path / 'logs'), *WORKER, *CONFIG,
+                                '--data-parallel', 'allreduce'])
+    start = time.time()
+    codes, outs, end = _run([cmd], tmp_path, {'D2LZH_FAULT': fault})
+    assert codes == [1], outs
+    assert 'rank      : 1 (local_rank: 1)' in outs[0]
+    assert end - start < END_DEADLINE + 15  # the job's start and its few steps included

@@ -34,12 +34,13 @@ class Job:
     """What a worker trains and how it takes part in the job (:class:`Recipe`: how it
     trains). Raises ValueError for a field of the wrong type or value."""
     model: str = option('resnet18', "resnet18, or lenet: the book's 8.4 LeNet")
-    conv_bias: bool = option(True, "ResNet-18's convolutions before a batch norm have a "
-                             "bias (--no-conv-bias: the fast path's model, "
-                             'd2l.resnet18(10, conv_bias=False))')
+    conv_bias: bool = option(True, "ResNet-18's convolutions before a batch norm have "
+                             "a bias (--no-conv-bias: the fast path's model)")
     max_examples: str = option(None, 'first N training and test images, or all (none: '
                                '$D2LZH_MAX_EXAMPLES, else all)')
     backend: str = option(None, 'nccl or gloo (none: nccl with GPUs, else gloo)')
+    data_parallel: str = option('ddp', 'ddp: DistributedDataParallel (8.5); allreduce: '
+                                'AllReduceParallel (8.4 grown up, no TorchDynamo)')
     gradient_as_bucket_view: bool = option(True, "DDP's option: gradients live in its "
                                            'buckets')
     timeout: float = option(900.0, 'seconds before a process gives up (the run, a '
@@ -55,6 +56,8 @@ class Job:
             ('model', self.model in ('resnet18', 'lenet'), "以下之一：('resnet18', 'lenet')"),
             *flag_rules(self),
             ('backend', self.backend in (None, 'nccl', 'gloo'), "以下之一：(None, 'nccl', 'gloo')"),
+            ('data_parallel', self.data_parallel in ('ddp', 'allreduce'),
+             "以下之一：('ddp', 'allreduce')"),
             ('timeout', real(self.timeout, 0, math.inf, '()'), '大于 0 的秒数'),
             ('seed', whole(self.seed, 0), '不小于 0 的整数'),
             ('out', self.out is None or isinstance(self.out, str), '文件夹名或 None')])
@@ -85,9 +88,9 @@ def choose_backend(backend, local_processes):
 
 def init_process_group(backend, timeout):
     """Join torchrun's job; return (rank, world_size, device): cuda:LOCAL_RANK with NCCL
-    (RuntimeError: no such GPU), else the CPU with this process's share of the cores.
-    Keys go under this attempt's prefix in torchrun's store (it outlives restarts: gloo
-    read a dead process's address there); ``timeout`` (s) bounds every collective."""
+    (RuntimeError: no such GPU), else the CPU, a share of its cores. Keys go under this
+    attempt's prefix in torchrun's store (gloo read a dead process's address there after a
+    restart); ``timeout`` (s) bounds every collective."""
     rank, local_rank, world_size = torchrun_env()
     if backend == 'nccl':
         if local_rank >= num_gpus():
@@ -112,23 +115,24 @@ def init_process_group(backend, timeout):
     global _job_store
     _job_store = dist.PrefixStore(f'd2lzh/attempt_{attempt}', store)
     dist.init_process_group(backend, store=_job_store, rank=rank, world_size=world_size,
-                            timeout=timeout)
+                            timeout=timeout,
+                            device_id=device if backend == 'nccl' else None)
     return rank, world_size, device
 
 
-_job_store = None  # this attempt's keys in torchrun's store, once the job is joined
+_job_store = None  # this attempt's keys in torchrun's store
 
 
 @functools.cache
 def fashion_mnist(max_examples=None):
-    """:func:`d2lzh.data.load_fashion_mnist`, once per process: workers forked after it
-    (``python -m d2lzh.torch.launch``) share it."""
+    """:func:`d2lzh.data.load_fashion_mnist`, once per process (forked workers share
+    it)."""
     return _data.load_fashion_mnist(max_examples=max_examples, progress=False)
 
 
 def _after_a_peer(err):
-    """Whether this rank's failure ``err`` follows another's: one counted before it in
-    torchrun's store, or ``err`` is a broken connection (a killed rank counts nothing)."""
+    """Whether this rank's failure ``err`` follows another's (counted in torchrun's
+    store; a broken connection: a killed peer's)."""
     try:
         later = _job_store.add('failures', 1) > 1
     except Exception:  # noqa: BLE001 (the store's host may be the rank that failed)
@@ -145,7 +149,8 @@ def _train(recipe, job):
     _jobs.watch(job.timeout, f'DDP 工作进程 rank {rank}')
     backend = choose_backend(job.backend, int(os.environ.get('LOCAL_WORLD_SIZE', 1)))
     warnings.filterwarnings('ignore', message=r'barrier\(\): using the device|Grad strides do not')
-    wrap = data_parallel(recipe, backend, local_rank)  # before the process group
+    # before the process group: NCCL reads its settings as the group is made
+    wrap = data_parallel(recipe, backend, local_rank, job.data_parallel)
     marks = {'imported': _IMPORTED}  # time.time() of each stage, in rank 0's result
     rank, world_size, device = init_process_group(backend, job.timeout)
     marks['process_group'] = time.time()
@@ -155,14 +160,14 @@ def _train(recipe, job):
         train_x, train_y, test_x, test_y = fashion_mnist(job.max_examples)
         train_iter = ShardIter(train_x, train_y, recipe.batch_size, rank, world_size, job.seed,
                                device)
-        if restarts == 0:  # the test seam: D2LZH_FAULT fails one rank on the first attempt
+        if restarts == 0:  # the test seam: $D2LZH_FAULT
             train_iter = _jobs.inject_faults(train_iter, rank)
         test_iter = FashionMNISTIter(test_x, test_y, 512, False, device=device) \
             if rank == 0 else None
         marks['data'] = time.time()  # on the device
         net = resnet18(10, conv_bias=job.conv_bias) if job.model == 'resnet18' else lenet()
         net = net.to(device, memory_format=recipe.memory_format)
-        marks['model'] = time.time()  # DDP's construction next: it imports TorchDynamo
+        marks['model'] = time.time()  # DDP's construction next imports TorchDynamo
         model = wrap(net, gradient_as_bucket_view=job.gradient_as_bucket_view)
         marks['train_start'] = time.time()  # after the data and the model
         history = train_fast(model, train_iter, test_iter, device, recipe,
@@ -191,13 +196,12 @@ def _train(recipe, job):
 
 
 def ddp_worker(recipe=None, job=None):
-    """One process of a DDP job (under torchrun or ``run_ddp``): trains as ``recipe`` says
-    (``batch_size`` per process) what ``job`` says; exits at ``job.timeout`` (124) or when
-    its launcher is gone (1); ``$D2LZH_FAULT`` fails one on the first attempt. Returns, on
-    rank 0, train_fast's :class:`~d2lzh.torch.recipe.History` with its DDP fields
-    (``examples``, ``images_per_s``: of all processes), else None. RuntimeError: not under
-    torchrun. A failure once the job is joined ends the process (exit 1), its traceback
-    in torchrun's error file and on stderr."""
+    """One process of a DDP job (torchrun's or ``run_ddp``'s): trains as ``recipe``
+    says (``batch_size`` per process) what ``job`` says; exits at ``job.timeout`` (124)
+    or when its launcher is gone (1). Returns rank 0's History with its DDP fields
+    (``examples``, ``images_per_s``: all processes'), None on the others. RuntimeError:
+    not under torchrun. A failure after joining the job ends the process (exit 1), its
+    traceback in torchrun's error file and on stderr."""
     try:
         return _train(recipe or Recipe(), job or Job())
     except BaseException as err:

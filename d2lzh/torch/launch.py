@@ -28,12 +28,12 @@ from .recipe import Recipe
 
 
 def run_ddp(world_size, recipe=None, *, max_restarts=0, join_timeout=60.0, **job):
-    """Run :func:`d2lzh.torch.ddp.ddp_worker` (``recipe``; the keywords: fields of
-    :class:`d2lzh.torch.ddp.Job`, ``verbose`` False here) in ``world_size`` processes of
-    this machine; ``max_restarts`` after a failure (from ``recipe.checkpoint`` if set).
-    Logging is off meanwhile, the workers' stderr goes to files. Returns rank 0's
-    result. ValueError: a bad argument or setting, more NCCL processes than GPUs;
-    RuntimeError: a worker failed, naming its rank, exit code and last line."""
+    """Run :func:`d2lzh.torch.ddp.ddp_worker` (``recipe``; keywords: fields of
+    ``Job``, ``verbose`` False here) in ``world_size`` processes of this machine,
+    ``max_restarts`` after a failure (from ``recipe.checkpoint`` if set), logging off,
+    the workers' stderr in files. Returns rank 0's result. ValueError: a bad argument,
+    more NCCL processes than GPUs; RuntimeError: a worker failed, naming its rank, exit
+    code and last line."""
     check_positive_int('world_size', world_size)
     if not whole(max_restarts, 0):
         raise ValueError(f'max_restarts={max_restarts!r} 无效：请用不小于 0 的整数')

@@ -48,13 +48,12 @@ def ladder_recipe(config, **fields):
 
 def train_ladder_step(config, train_iter, test_iter, epochs, lr, device, verbose=True,
                       **fields):
-    """Train a fresh ResNet-18 (book 8.5) as one step of LADDER says (notebook 07,
-    bench_torch.py). ``config``: ``ladder_configs()[key]``; the iterators yield float32
-    (batch, 1, 28, 28) and int64 (batch,), placed as ``config['data']`` says;
-    ``fields``: more of Recipe's. The book step's recipe without ``fields`` trains with
-    8.5's ``d2l.train``, any other with ``d2l.train_fast``. Returns its history
-    (epoch_times in s, images_per_s of the fastest epoch, test_acc). ValueError:
-    Recipe's, train_fast's."""
+    """Train a fresh ResNet-18 (book 8.5) as a step of LADDER says (notebook 07,
+    bench). ``config``: ``ladder_configs()[key]``; the iterators yield float32 (batch,
+    1, 28, 28) and int64 (batch,) where ``config['data']`` says; ``fields``: more of
+    Recipe's. The book's step without ``fields`` trains with 8.5's ``d2l.train``,
+    others with ``d2l.train_fast``. Returns its history. ValueError: Recipe's,
+    train_fast's."""
     import torch
     from .book import resnet18
     from .recipe import train_fast
@@ -78,8 +77,8 @@ def cold_start(config=None, timeout=600.0, env=None, setup=None):
     *args)`` after the CUDA context -> ``(recipe, wrap)``, ``wrap(model)`` trained (None:
     the model). Returns ``items``: seconds of python_start, import_torch, import_d2lzh,
     cuda_init, setup (with one), data, startup, epochs, evals, other (model, optimizer);
-    ``total_s``; ``reached_s`` to the first test accuracy >= target (None: never);
-    train_fast's ``history``. RuntimeError: the process failed; TimeoutExpired."""
+    ``total_s``; ``reached_s`` to the target (None: never); train_fast's ``history``.
+    RuntimeError: the process failed; TimeoutExpired."""
     env = dict(os.environ, **(env or {}), D2LZH_COLDSTART_T0=repr(time.time()))
     env['PYTHONPATH'] = os.pathsep.join(  # this d2lzh, for the process started by path
         [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

@@ -17,11 +17,9 @@ label_smoothing  TrainStep._step     recipe_no_label_smoothing    53,558  8.43 s
 batch_size       train_fast          recipe_bs256                 46,548  7.67 s
 eval_from        _evaluate           recipe_eval_every_epoch      53,477  7.85 s
 
-Within FAST's spread a figure tells nothing apart from noise. bf16, NHWC and the graph
-pay in images/s, FusedSGD at the start (torch.optim imports TorchDynamo); a cosine
-schedule per epoch needs more than 2 epochs. Batch 256 came in under the spread in its
-one run: not yet measured again. The model is not a field: without the biases that batch
-norm cancels, ``resnet18(10, conv_bias=False)`` reached 0.92 after 6.89 s against 7.78 s
+Within FAST's spread a figure tells nothing; batch 256 (one run) is below it, not yet
+measured again. The model is not a field: without the biases that batch norm cancels,
+``resnet18(10, conv_bias=False)`` reached 0.92 after 6.89 s against 7.78 s
 (the same run's FAST, ...-2026-11-25-time-to-accuracy.json)."""
 import dataclasses
 import functools
@@ -35,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..checks import check, flag_rules, real, whole
 from .book import evaluate_accuracy, synchronize
-from .step import TrainStep, learning_rates
+from .step import AllReduceParallel, TrainStep, learning_rates
 from .train import print_epoch
 
 
@@ -140,13 +138,12 @@ _list = functools.partial(dataclasses.field, default_factory=list)
 
 @dataclasses.dataclass
 class History:
-    """What :func:`train_fast` measured, each field once (the book's ``train`` returns a
-    dict of the first five); ``h['test_acc']`` reads and writes a field as in that dict
-    (KeyError for another name). Seconds are wall-clock, taken once the device (and,
-    with DDP, every process) is done."""
+    """What :func:`train_fast` measured (the book's ``train`` returns the first five in a
+    dict); ``h['test_acc']`` reads and writes a field as in that dict. Seconds are
+    wall-clock, once the device (with DDP, every process) is done."""
     epoch_times: list = _list()  # seconds of each epoch
     train_loss: list = _list()  # mean loss of each epoch's batches
-    test_acc: list = _list()  # each epoch's test accuracy; None before recipe.eval_from
+    test_acc: list = _list()  # None before recipe.eval_from
     examples: int = 0  # images of the last epoch (DDP: of all processes)
     images_per_s: float = 0.0  # examples / the fastest epoch's seconds
     eval_times: list = _list()  # seconds of each evaluation
@@ -154,8 +151,8 @@ class History:
     fused_sgd: bool = False  # the step used FusedSGD
     cuda_graph: bool = False  # it was replayed from a CUDA graph
     start_epoch: int = 0  # > 0: resumed from a checkpoint
-    startup_s: float = 0.0  # eager steps and capture before epoch 1 (recipe.time_startup)
-    reached: dict = None  # {'epoch', 'test_acc', 'seconds' since train_fast was called}
+    startup_s: float = 0.0  # recipe.time_startup: steps and capture before epoch 1
+    reached: dict = None  # {'epoch', 'test_acc', 'seconds' since train_fast's call}
     world_size: int = 1  # the DDP worker's fields (rank 0, d2lzh.torch.ddp)
     backend: str = None  # 'nccl' or 'gloo'
     device: str = None  # the GPU's name or 'cpu'
@@ -205,8 +202,8 @@ def _save(recipe, epoch, module, step, history):
 
 
 def _should_stop(acc, recipe, device, ddp):
-    """Whether the test accuracy ``acc`` (None: not evaluated) reached the recipe's target;
-    with DDP rank 0's answer, broadcast, so that every process stops after the same epoch."""
+    """Whether ``acc`` (None: not evaluated) reached the target; with DDP rank 0's
+    answer, broadcast, so that every process stops after the same epoch."""
     stop = torch.tensor(int(None not in (acc, recipe.target_accuracy)
                             and acc >= recipe.target_accuracy), device=device)
     if ddp and recipe.target_accuracy is not None:
@@ -215,8 +212,8 @@ def _should_stop(acc, recipe, device, ddp):
 
 
 def _evaluate(test_iter, model, step, device, history, epoch, recipe):
-    """The test accuracy after ``epoch`` (None before ``recipe.eval_from`` or without test
-    data), appended to ``history.test_acc`` (with test data), its seconds to ``eval_times``."""
+    """The test accuracy after ``epoch`` (None before ``recipe.eval_from`` or without
+    test data), kept in ``history`` with its seconds."""
     if test_iter is None:
         return None
     acc, start = None, time.perf_counter()
@@ -239,8 +236,9 @@ def _sync(device, ddp, data_iter=None, epoch=None):
 
 
 def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
-    """Train as ``recipe`` says (beyond the book; arguments and timing of d2l.train). With DDP:
-    the wrapped model and this process's shard; rank 0 evaluates, decides when to stop, saves.
+    """Train as ``recipe`` says (beyond the book; arguments and timing of d2l.train). With DDP
+    or AllReduceParallel: the wrapped model and this process's shard; rank 0 evaluates,
+    decides when to stop, saves.
     Returns a :class:`History`. ValueError: batches of another size than recipe.batch_size,
     another optimizer's checkpoint."""
     called, device = time.perf_counter(), torch.device(device)
@@ -249,7 +247,8 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
         raise ValueError(f'train_iter 的批量大小是 {size}，recipe.batch_size 却是 '
                          f'{recipe.batch_size}：请按 recipe 的批量大小加载数据，或传入 '
                          f'dataclasses.replace(recipe, batch_size={size})')
-    ddp, fmt = isinstance(net, DistributedDataParallel), recipe.memory_format
+    ddp = isinstance(net, (DistributedDataParallel, AllReduceParallel))
+    fmt = recipe.memory_format
     module = net.module if ddp else net.to(device, memory_format=fmt)
     step, saves = TrainStep(net, recipe, device), not ddp or torch.distributed.get_rank() == 0
     history = _resume(recipe, module, step, device, verbose)
@@ -275,6 +274,8 @@ def train_fast(net, train_iter, test_iter, device, recipe=FAST, verbose=True):
         history.epoch_times.append(_sync(device, ddp) - start)
         history.train_loss.append(float(total_loss) / max(examples, 1))
         history.examples = examples
+        if isinstance(net, AllReduceParallel) and epoch + 1 >= recipe.eval_from:
+            net.average_buffers()  # every process, before rank 0 evaluates
         acc = _evaluate(test_iter, module if ddp else step.model, step, device, history, epoch,
                         recipe)
         stop = _should_stop(acc, recipe, device, ddp)

@@ -15,9 +15,9 @@ from .book import synchronize
 
 class FusedSGD:
     """SGD (momentum, Nesterov, weight decay) by ``torch._fused_sgd_``, the kernel of
-    ``torch.optim.SGD(fused=True)``, at rate ``lr`` (the tensor ``self.lr``, which a
-    recorded graph reads), without importing torch.optim (TorchDynamo: about 3 s of a
-    cold start). ``load_state_dict``: KeyError or ValueError for another optimizer's."""
+    ``torch.optim.SGD(fused=True)``, its rate the tensor ``self.lr`` (which a graph
+    reads), without torch.optim's import of TorchDynamo. ``load_state_dict``: KeyError
+    or ValueError for another optimizer's state."""
 
     def __init__(self, params, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
         self.params, self.buffers = [p for p in params if p.requires_grad], None
@@ -73,8 +73,8 @@ DDP_EAGER_STEPS = 11  # before a DDP step is recorded (data_parallel)
 
 
 def capture_stream(device):
-    """The stream of ``device`` that records CUDA graphs and runs the eager steps
-    before, after the work queued so far."""
+    """The stream of ``device`` that records CUDA graphs (and the eager steps before),
+    after the work queued so far."""
     if device not in _CAPTURE_STREAMS:
         _CAPTURE_STREAMS[device] = torch.cuda.Stream(device=device)
     _CAPTURE_STREAMS[device].wait_stream(torch.cuda.current_stream(device))
@@ -103,6 +103,7 @@ class TrainStep:
         # GradScaler when disabled passes everything through
         self.scaler = torch.amp.GradScaler('cuda', enabled=self.amp == 'fp16')
         self.model = torch.compile(net) if recipe.compile else net
+        self.allreduce = getattr(net, 'allreduce_grads', None)
         self.loss_fn = nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
         self.graph = self.static = self.loss = None
 
@@ -113,8 +114,8 @@ class TrainStep:
                               cache_enabled=cache_enabled)
 
     def set_lr(self, value):
-        """Train at rate ``value`` from the next step on (the fused update reads its
-        tensor; a graph holds torch.optim's rate as a constant: recorded again)."""
+        """Train at rate ``value`` from the next step on (torch.optim's rate is a
+        constant in a graph: recorded again)."""
         if value != self.rate:
             self.rate = value
             if self.fused_sgd:
@@ -151,14 +152,15 @@ class TrainStep:
         with self.autocast(cache_enabled):
             loss = self.loss_fn(self.model(X), y)
         self.scaler.scale(loss).backward()
+        if self.allreduce:  # AllReduceParallel's, recorded with the step
+            self.allreduce()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss
 
     def _capture(self, X, y):
-        # PyTorch's CUDA-graph notes: before the first capture, eager steps (real
-        # updates) on the recording stream let cuDNN pick algorithms and the optimizer
-        # and DDP make their state
+        # PyTorch's CUDA-graph notes: eager steps on the recording stream first, for
+        # cuDNN's choices and the optimizer's and DDP's state
         stream = capture_stream(self.device)
         with torch.cuda.stream(stream):
             for _ in range(0 if self.captures else self.capture_after):
@@ -170,20 +172,21 @@ class TrainStep:
         return graph, loss
 
 
-def data_parallel(recipe, backend, local_rank):
-    """``wrap(net, **options)``, which makes the DistributedDataParallel (``options``:
-    DDP's) of a process training as ``recipe`` with ``backend`` ('nccl': on
-    cuda:``local_rank``, else the CPU); call it before the process group is made. To
-    record a DDP step (NCCL only), PyTorch's CUDA-graph notes ask for NCCL's async error
-    handling off (read as the group is made), DDP built on the recording stream with a
-    static graph, and DDP_EAGER_STEPS eager steps before the capture."""
+def data_parallel(recipe, backend, local_rank, kind='ddp'):
+    """``wrap(net, **options)``: ``net``'s DistributedDataParallel (``kind`` 'ddp';
+    ``options``: DDP's) or AllReduceParallel ('allreduce') on cuda:``local_rank`` (NCCL)
+    or the CPU. Call it before the process group: a recorded DDP step needs NCCL's async
+    error handling off, DDP built on the recording stream with a static graph, and
+    DDP_EAGER_STEPS eager steps first (PyTorch's CUDA-graph notes)."""
     nccl = backend == 'nccl'
     device = torch.device('cuda', local_rank) if nccl else torch.device('cpu')
-    recorded = nccl and recipe.plan(device).cuda_graph
+    recorded = kind == 'ddp' and nccl and recipe.plan(device).cuda_graph
     if recorded:
         os.environ['TORCH_NCCL_ASYNC_ERROR_HANDLING'] = '0'
 
     def wrap(net, **options):
+        if kind == 'allreduce':
+            return AllReduceParallel(net)
         ids = [device.index] if device.type == 'cuda' else None
         stream = capture_stream(device) if recorded else None
         with torch.cuda.stream(stream):  # None: the current stream
@@ -194,3 +197,38 @@ def data_parallel(recipe, backend, local_rank):
         return model
 
     return wrap
+
+
+class AllReduceParallel(nn.Module):
+    """Book 8.4's data parallelism grown up: ``module``'s state broadcast from rank
+    0 once; after each backward pass one all-reduce of a flat buffer averages the
+    gradients, recorded in the step's CUDA graph (unseen by NCCL's watchdog). No
+    TorchDynamo, 3 eager steps before the capture (DDP: 11), no overlap with the
+    backward pass. Batch norm's statistics stay each process's own until
+    :meth:`average_buffers`."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+        for tensor in module.state_dict().values():
+            torch.distributed.broadcast(tensor, 0)
+        self.params = [p for p in module.parameters() if p.requires_grad]
+
+    def forward(self, *args):
+        return self.module(*args)
+
+    def allreduce_grads(self):
+        """Average each gradient over all processes, in place."""
+        grads = [p.grad for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        torch.distributed.all_reduce(flat)
+        flat /= torch.distributed.get_world_size()
+        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(part.view_as(g))
+
+    def average_buffers(self):
+        """Average the float buffers (batch norm's running statistics) over all."""
+        for b in self.module.buffers():
+            if b.is_floating_point():
+                torch.distributed.all_reduce(b)
+                b /= torch.distributed.get_world_size()
