@@ -113,15 +113,11 @@ def clean_run(debian_dir, tmp_path_factory):
     return result, torch.load(tmp / 'ck.pt', weights_only=True)
 
 
-def test_two_workers_equal_one_process_on_the_combined_batch(clean_run):
-    """The book's LeNet (no batch norm): 2 workers with minibatches of 8 train exactly what
-    one process trains with the global minibatches of 16 (d2lzh.jobs.batch_indices)."""
+def _one_process_on_the_combined_batch():
+    """LeNet's state after CONFIG's job in one process: 2 epochs of the global minibatches
+    of 16 that 2 workers of 8 take (d2lzh.jobs.batch_indices), plain SGD; and its steps."""
     from d2lzh import data, jobs
 
-    result, state = clean_run
-    assert result['world_size'] == 2 and result['backend'] == 'gloo'
-    assert len(result['params_digest']) == 2
-    assert result['params_digest'][0] == result['params_digest'][1]  # bitwise-equal replicas
     train_x, train_y, _, _ = data.load_fashion_mnist(max_examples=64, progress=False)
     X = torch.tensor(train_x, dtype=torch.float32).unsqueeze(1) / 255
     Y = torch.tensor(train_y, dtype=torch.int64)
@@ -135,8 +131,19 @@ def test_two_workers_equal_one_process_on_the_combined_batch(clean_run):
             torch.nn.functional.cross_entropy(net(X[idx]), Y[idx]).backward()
             opt.step()
             steps += 1
+    return net.state_dict(), steps
+
+
+def test_two_workers_equal_one_process_on_the_combined_batch(clean_run):
+    """The book's LeNet (no batch norm): 2 workers with minibatches of 8 train exactly what
+    one process trains with the global minibatches of 16 (d2lzh.jobs.batch_indices)."""
+    result, state = clean_run
+    assert result['world_size'] == 2 and result['backend'] == 'gloo'
+    assert len(result['params_digest']) == 2
+    assert result['params_digest'][0] == result['params_digest'][1]  # bitwise-equal replicas
+    reference, steps = _one_process_on_the_combined_batch()
     assert steps == 8 and result['examples'] == 64
-    for name, value in net.state_dict().items():
+    for name, value in reference.items():
         torch.testing.assert_close(state['model'][name], value, rtol=1e-5, atol=1e-6)
 
 
@@ -390,8 +397,6 @@ def test_forked_workers_blocked_in_a_collective_end_soon_after_a_peer_fails(debi
 def test_allreduce_workers_equal_one_process_on_the_combined_batch(debian_dir, tmp_path):
     """--data-parallel allreduce (AllReduceParallel: one all-reduce of a flat gradient
     buffer per step) trains what DDP and one process on the global minibatch train."""
-    from d2lzh import data, jobs
-
     cmd = [*_torchrun_args(), *WORKER, *CONFIG, '--data-parallel', 'allreduce',
            '--out', str(tmp_path / 'out'), '--checkpoint', str(tmp_path / 'ck.pt')]
     codes, outs, _ = _run([cmd], tmp_path)
@@ -399,18 +404,7 @@ def test_allreduce_workers_equal_one_process_on_the_combined_batch(debian_dir, t
     result = json.loads((tmp_path / 'out' / 'result.json').read_text())
     assert result['world_size'] == 2 and len(set(result['params_digest'])) == 1
     state = torch.load(tmp_path / 'ck.pt', weights_only=True)['model']
-    train_x, train_y, _, _ = data.load_fashion_mnist(max_examples=64, progress=False)
-    X = torch.tensor(train_x, dtype=torch.float32).unsqueeze(1) / 255
-    Y = torch.tensor(train_y, dtype=torch.int64)
-    torch.manual_seed(0)
-    net = d2l.lenet()
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    for epoch in range(2):
-        for idx in jobs.batch_indices(64, 8, 2, None, epoch, 0):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(X[idx]), Y[idx]).backward()
-            opt.step()
-    for name, value in net.state_dict().items():
+    for name, value in _one_process_on_the_combined_batch()[0].items():
         torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-6)
 
 
