@@ -9,7 +9,8 @@ Not a test. On a machine with NVIDIA GPUs:
 Each launch is ``python -m d2lzh.torch.launch --nproc-per-node=N --fast --no-conv-bias
 --data-parallel KIND`` (its marks: seconds from the command's start, as in
 bench_ddp_scaling.py); the one-GPU script runs as in ``bench_torch.py time_to_accuracy``.
-'warm_pycache': every process with ``PYTHONPYCACHEPREFIX`` (one uncounted launch fills it),
+'warm_pycache': every process with ``PYTHONPYCACHEPREFIX`` (an uncounted launch of each
+kind fills it),
 as a pip install that byte-compiles has it; 'image_as_is': as the environment has it.
 Writes ``<out>/<device>-x<N>-<date>-data-parallel.json``."""
 import argparse
@@ -44,10 +45,17 @@ def main():
     result = {'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
               'device': torch.cuda.get_device_name(0), 'torch': torch.__version__,
               'gpus': args.gpus, 'runs': {}}
-    pycache = tempfile.mkdtemp(prefix='pycache-')
+    with tempfile.TemporaryDirectory(prefix='pycache-') as pycache:
+        path = measure(args, result, pycache)
+    print(f'written to {path.name}', flush=True)
+
+
+def measure(args, result, pycache):
+    """Every launch of ``main``, into ``result``; returns the JSON's path."""
     modes = {'warm_pycache': {'PYTHONPYCACHEPREFIX': pycache, 'PYTHONDONTWRITEBYTECODE': ''},
              'image_as_is': {}}
-    launch(args.gpus, 'allreduce', modes['warm_pycache'])  # fills the cache, not counted
+    for kind in ('allreduce', 'ddp'):  # fill the cache with what each imports, not counted
+        launch(args.gpus, kind, modes['warm_pycache'])
     for mode, env in modes.items():
         for kind in ('allreduce', 'ddp'):
             runs = result['runs'][f'{mode} fork {kind}'] = []
@@ -62,7 +70,7 @@ def main():
             singles.append({k: r.get(k) for k in ('reached_s', 'items', 'test_acc', 'error')})
             print(mode, 'one-GPU script', r.get('reached_s'), flush=True)
         path = bench_torch.write_result(result, args.out, args.gpus, '-data-parallel')
-    print(f'written to {path.name}', flush=True)
+    return path
 
 
 if __name__ == '__main__':

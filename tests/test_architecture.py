@@ -40,7 +40,7 @@ FAST_PATH = {Path(m).stem for m in LAYERS['beyond'] if m.startswith('torch/')}
 # training step into torch/step.py, FAST's table and History into torch/recipe.py, within that
 # change; issue 49's AllReduceParallel came in under it). Lower one as its layer shrinks;
 # never raise it.
-BUDGETS = {'book': 69_121, 'beyond': 81_145, 'setup': 24_171}
+BUDGETS = {'book': 69_121, 'beyond': 81_127, 'setup': 24_171}
 MAX_LINES_BEYOND = 300
 # Lines over 88 characters in each module when the rule was set. These figures may only
 # be lowered, never raised; a module not listed here (a new one) may have none.

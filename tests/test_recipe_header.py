@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ast.get_docstring(ast.parse((ROOT / 'd2lzh/torch/recipe.py').read_text('utf-8')))
 ROW = re.compile(r'^(\w+) +([\w.]+) +(recipe_\w+) +([\d,]+) +(never|[\d.]+ s)$', re.M)
 ROWS = ROW.findall(DOC)
+PROSE = ' '.join(DOC.split())  # the sentences, whatever their line breaks
 
 
 def configs(name):
@@ -53,17 +54,22 @@ def test_every_figure_is_the_cited_runs():
     runs = configs(name)
     ips, seconds = figures(runs['recipe'])
     spread = runs['recipe']['reached_s']
-    assert f'{ips} images/s, 0.92 after {seconds} s' in DOC
-    assert f"{spread['min']:.2f}-{spread['max']:.2f} s" in DOC
+    assert f'{ips} images/s, 0.92 after {seconds} s' in PROSE
+    assert f"{spread['min']:.2f}-{spread['max']:.2f} s" in PROSE
     for field, _, config, ips, reached in ROWS:
         want_ips, want_s = figures(runs[config])
         assert (ips, reached) == (want_ips, 'never' if want_s is None else f'{want_s:.2f} s')
         assert runs[config]['config'] != runs['recipe']['config']
+    below = [c for c, e in runs.items() if e['reached_s'] and c != 'recipe'
+             and e['reached_s']['mean'] < spread['min']]
+    assert sorted(below) == ['recipe_bs256', 'recipe_eval_every_epoch',
+                             'recipe_weight_decay_1e-4']  # the sentence after the table
+    assert f"weight decay 1e-4 ({figures(runs['recipe_weight_decay_1e-4'])[1]:.2f} s" in PROSE
 
 
 def test_the_conv_bias_figures_are_the_cited_runs():
-    sentence = re.search(r'after ([\d.]+) s\s+against ([\d.]+) s\s+\(the same run.s FAST, '
-                         r'\.\.\.-(\S+)\)', DOC)
+    sentence = re.search(r'after ([\d.]+) s against ([\d.]+) s \(the same run.s FAST, '
+                         r'\.\.\.-(\S+)\)', PROSE)
     runs = configs('NVIDIA-H100-80GB-HBM3-x1-' + sentence.group(3))
     assert sentence.group(1, 2) == (f"{figures(runs['recipe_no_conv_bias'])[1]:.2f}",
                                     f"{figures(runs['recipe'])[1]:.2f}")

@@ -572,3 +572,22 @@ def test_cold_start_runs_the_users_lines_in_a_fresh_process(tmp_path):
     assert before < r['reached_s'] <= r['total_s']  # target 0: the first evaluation
     with pytest.raises(RuntimeError, match='退出码 1'):
         d2l.cold_start({'recipe': {'epochs': 0}}, timeout=120)
+
+
+def test_a_ddp_step_takes_at_least_11_eager_steps_before_its_capture():
+    """PyTorch's CUDA-graph notes: a DDP step is recorded after 11 eager steps at least,
+    whatever recipe.capture_after asks; another step after capture_after (default 3)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from d2lzh.torch.step import DDP_EAGER_STEPS, TrainStep
+    dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        ddp = DistributedDataParallel(_linear_net())
+        assert DDP_EAGER_STEPS == 11
+        for asked, taken in [(None, 11), (1, 11), (20, 20)]:
+            recipe = d2l.Recipe(capture_after=asked)
+            assert TrainStep(ddp, recipe, CPU).capture_after == taken
+            assert TrainStep(_linear_net(), recipe, CPU).capture_after == (asked or 3)
+    finally:
+        dist.destroy_process_group()

@@ -1,6 +1,6 @@
-"""The torchrun worker of DistributedDataParallel on Fashion-MNIST (book 8.5, and beyond):
-``torchrun --standalone --nproc-per-node=N -m d2lzh.torch.ddp`` (``--help``; from Python:
-``d2l.run_ddp``); :func:`ddp_worker` trains its shard with ``train_fast``."""
+"""The torchrun worker of data parallelism on Fashion-MNIST (book 8.5 and beyond: DDP
+or AllReduceParallel): ``torchrun --standalone --nproc-per-node=N -m d2lzh.torch.ddp``
+(``--help``; from Python: ``d2l.run_ddp``); :func:`ddp_worker` trains its shard."""
 import argparse
 import dataclasses
 import functools
@@ -41,8 +41,8 @@ class Job:
     backend: str = option(None, 'nccl or gloo (none: nccl with GPUs, else gloo)')
     data_parallel: str = option('ddp', 'ddp: DistributedDataParallel (8.5); allreduce: '
                                 'AllReduceParallel (8.4 grown up, no TorchDynamo)')
-    gradient_as_bucket_view: bool = option(True, "DDP's option: gradients live in its "
-                                           'buckets')
+    gradient_as_bucket_view: bool = option(True, "DDP's option (ddp only): gradients "
+                                           'live in its buckets')
     timeout: float = option(900.0, 'seconds before a process gives up (the run, a '
                             'collective)')
     seed: int = option(0, 'seed of the initial weights and of the data order')
@@ -222,7 +222,8 @@ def _parse(argv=None, parser=None):
     argparse's exit on an error."""
     parser = parser or argparse.ArgumentParser(
         prog='torchrun ... -m d2lzh.torch.ddp', description='Train ResNet-18 or LeNet on '
-        'Fashion-MNIST with DistributedDataParallel: one process of a torchrun job.')
+        'Fashion-MNIST, data parallel (DDP, or one all-reduce a step): one process of '
+        'a torchrun job.')
     parser.add_argument('--fast', action='store_true', help='start from d2l.FAST (the recipe '
                         'fastest to 0.92) instead of the defaults; the flags below change it')
     for title, settings in [('how each process trains (d2l.Recipe)', Recipe),

@@ -1,9 +1,8 @@
 """The fast path (beyond the book; notebook 07): :func:`train_fast` trains as a
-:class:`Recipe` says (also the DDP worker's, ``run_ddp``'s and bench/'s settings) and
-returns a :class:`History`. :data:`FAST`, the recipe fastest from a cold start to test
-accuracy 0.92 on one H100, has these techniques; each row: where it acts, and FAST
-without it in one cold process (FAST: 3 processes, 53,398 images/s, 0.92 after 9.14 s
-from the process start, 8.09-10.22 s; all in one run of bench_torch.py time_to_accuracy,
+:class:`Recipe` says and returns a :class:`History`. :data:`FAST`, chosen to reach test
+accuracy 0.92 soonest from a cold start on one H100, has these techniques; each row:
+where it acts, and FAST without it in one cold process (FAST: 3 processes, 53,398
+images/s, 0.92 after 9.14 s on average from the process start, 8.09-10.22 s; one run,
 bench/results/NVIDIA-H100-80GB-HBM3-x1-2026-11-23-time-to-accuracy.json):
 
 field            acts in             config without it          images/s  0.92 after
@@ -17,8 +16,9 @@ label_smoothing  TrainStep._step     recipe_no_label_smoothing    53,558  8.43 s
 batch_size       train_fast          recipe_bs256                 46,548  7.67 s
 eval_from        _evaluate           recipe_eval_every_epoch      53,477  7.85 s
 
-Within FAST's spread a figure tells nothing; batch 256 (one run) is below it, not yet
-measured again. The model is not a field: without the biases that batch norm cancels,
+Within FAST's spread a figure tells nothing. Below it, one run each, not measured
+again: batch 256, evaluating every epoch, weight decay 1e-4 (6.92 s; a value, not a
+row). The model is not a field: without the biases that batch norm cancels,
 ``resnet18(10, conv_bias=False)`` reached 0.92 after 6.89 s against 7.78 s
 (the same run's FAST, ...-2026-11-25-time-to-accuracy.json)."""
 import dataclasses
@@ -157,8 +157,8 @@ class History:
     backend: str = None  # 'nccl' or 'gloo'
     device: str = None  # the GPU's name or 'cpu'
     restart_count: int = 0  # torchrun's restarts before this attempt
-    params_digest: list = None  # a SHA-1 of the parameters from each rank
-    marks: dict = None  # time.time() as each stage of the worker ended
+    params_digest: list = None  # SHA-1 of each rank's parameters
+    marks: dict = None  # time.time() at each stage's end
 
     def __getitem__(self, name):
         return vars(self)[name]

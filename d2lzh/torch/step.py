@@ -1,7 +1,6 @@
 """The fast path's training step (beyond the book; notebook 07): :class:`TrainStep`,
-eager or replayed from a CUDA graph, with :class:`FusedSGD`; :func:`data_parallel`
-holds every condition for recording a step of DistributedDataParallel; the learning
-rate of each step (:func:`learning_rates`)."""
+eager or replayed from a CUDA graph, :class:`FusedSGD`, :func:`learning_rates`; data
+parallelism by DDP (:func:`data_parallel`) or :class:`AllReduceParallel`."""
 import math
 import os
 import warnings
@@ -69,7 +68,7 @@ def learning_rates(recipe, steps_per_epoch):
 
 
 _CAPTURE_STREAMS = {}
-DDP_EAGER_STEPS = 11  # before a DDP step is recorded (data_parallel)
+DDP_EAGER_STEPS = 11  # see data_parallel
 
 
 def capture_stream(device):
@@ -82,9 +81,10 @@ def capture_stream(device):
 
 
 class TrainStep:
-    """A recipe's training step of ``net`` (or a DDP of it) on ``device``, eager or
-    replayed from a CUDA graph (on ``graph_devices``), as :meth:`Recipe.plan` decides
-    (fp16 is neither fused nor recorded: a RuntimeWarning)."""
+    """A recipe's training step of ``net`` (or its DDP or AllReduceParallel) on
+    ``device``, eager or replayed from a CUDA graph (on ``graph_devices``), as
+    :meth:`Recipe.plan` decides (fp16 is neither fused nor recorded: a RuntimeWarning).
+    The eager steps before a capture train on the first batch."""
     graph_devices = ('cuda',)
 
     def __init__(self, net, recipe, device):
@@ -95,12 +95,12 @@ class TrainStep:
             warnings.warn(f'amp={recipe.amp!r} 在 {self.device} 上是带 GradScaler 的 fp16：'
                           '这样的一步在这里既不用融合 SGD，也不录成 CUDA 图；改用 '
                           'torch.optim.SGD，不录图地训练', RuntimeWarning, stacklevel=3)
-        ddp = isinstance(net, DistributedDataParallel)
-        self.capture_after = recipe.capture_after or (DDP_EAGER_STEPS if ddp else 3)
+        least = DDP_EAGER_STEPS if isinstance(net, DistributedDataParallel) else 1
+        self.capture_after = max(recipe.capture_after or 3, least)
         sgd = FusedSGD if self.fused_sgd else torch.optim.SGD
         self.optimizer = sgd(net.parameters(), self.rate, momentum=recipe.momentum,
                              weight_decay=recipe.weight_decay, nesterov=recipe.nesterov)
-        # GradScaler when disabled passes everything through
+        # a disabled GradScaler passes all through
         self.scaler = torch.amp.GradScaler('cuda', enabled=self.amp == 'fp16')
         self.model = torch.compile(net) if recipe.compile else net
         self.allreduce = getattr(net, 'allreduce_grads', None)
